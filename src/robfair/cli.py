@@ -1,0 +1,226 @@
+"""The ``robfair`` command line (typer + rich). Library code never prints; this layer does.
+
+Every user error is a :class:`robfair.errors.RobfairError`: printed as one line, exit code 2,
+and no output file is left half-written (files are written atomically at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .errors import RobfairError
+from .utils import parse_eps, tune_allocator
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="robfair: find, explain and fix unequal adversarial robustness (per class, per group).",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal and not _force_progress(),
+    )
+
+
+def _force_progress() -> bool:
+    import os
+
+    return bool(os.environ.get("ROBFAIR_PROGRESS"))
+
+
+class _Bars:
+    """Adapter: the library's (stage, done, total) callback -> rich progress bars, one per stage."""
+
+    def __init__(self, progress: Progress, prefix: str = "") -> None:
+        self.progress = progress
+        self.prefix = prefix
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        key = f"{self.prefix}{stage}"
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(key, total=total)
+        self.progress.update(self.tasks[key], completed=done, total=total)
+        if done >= total:
+            self.progress.remove_task(self.tasks.pop(key))
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def audit(
+    model: Path = typer.Option(..., "--model", "-m", help="A robfair checkpoint (.pt)."),
+    data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
+    split: str = typer.Option("test", help="Which split to audit: test or train."),
+    attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack name; repeat for several (fgsm, pgd20, pgd20-l2, autoattack...)."),
+    eps: Optional[str] = typer.Option(None, help="Radius, e.g. 0.1 or 8/255 (default: the checkpoint's training eps, else 8/255)."),
+    batch_size: int = typer.Option(256, min=1),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, mps."),
+    seed: int = typer.Option(0, help="Seeds the attacks' random starts."),
+    early_exit: bool = typer.Option(True, help="Stop attacking samples already fooled (same result, faster)."),
+    precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 autocast."),
+    channels_last: bool = typer.Option(False, help="Run convolutions in channels-last format."),
+    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for worst/gap intervals (0: none)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder)."),
+    plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here."),
+) -> None:
+    """Audit a checkpoint: per-class (per-group) clean and robust accuracy with intervals."""
+    from .audit import audit as run_audit
+    from .data import load_dataset
+    from .models import load_checkpoint
+    from .report.text import print_audit
+
+    out_path = _json_out(out)
+    net, meta = load_checkpoint(model)
+    eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
+    ds = load_dataset(data, split=split)
+    _check_classes(meta, ds)
+    with _progress() as p:
+        rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
+                        early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p))
+    rep.meta["checkpoint"] = str(model)
+    print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
+    if out_path is not None:
+        from .utils import write_json
+
+        write_json(out_path, rep.to_json())
+        console.print(f"wrote {out_path}")
+    if plot is not None:
+        from .report.plots import classwise_bars
+
+        classwise_bars({model.stem: rep}, plot)
+        console.print(f"wrote {plot}")
+
+
+def _json_out(out: Optional[Path]) -> Optional[Path]:
+    if out is None:
+        return None
+    out = out.expanduser()
+    if out.suffix.lower() != ".json":
+        out = out / "audit.json"
+    return out
+
+
+def _checkpoint_eps(meta: dict) -> float:
+    extra = meta.get("extra") or {}
+    for key in ("eps", "train_eps"):
+        if key in extra and extra[key] is not None:
+            return parse_eps(extra[key])
+    return 8 / 255
+
+
+def _check_classes(meta: dict, ds) -> None:
+    classes = meta.get("classes")
+    if classes is not None and len(classes) != ds.num_classes:
+        raise RobfairError(
+            f"the checkpoint has {len(classes)} classes but the dataset '{ds.name}' has {ds.num_classes}; "
+            "audit it on the dataset it was trained on"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Run folder."),
+    eps: str = typer.Option("0.1", help="L-inf radius for training and the audit."),
+    epochs: int = typer.Option(30, min=1, help="Training epochs per model."),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("auto"),
+) -> None:
+    """Train a standard and a PGD-AT model on digits, audit both, show the class-wise gap."""
+    from .demo import run_demo
+    from .report.text import print_demo
+
+    eps_value = parse_eps(eps)
+    with _progress() as p:
+        result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p))
+    print_demo(console, result)
+
+
+# ---------------------------------------------------------------------------------------------
+@app.command()
+def datasets() -> None:
+    """List the datasets robfair reads, and where it looks for them."""
+    from .data import describe_datasets
+
+    _print_rows("datasets  (--data NAME[:PATH])", describe_datasets())
+
+
+@app.command()
+def models() -> None:
+    """List the model architectures."""
+    from .models import describe_models
+
+    _print_rows("models", describe_models())
+
+
+@app.command()
+def attacks() -> None:
+    """List the attacks and the name forms they accept."""
+    from .attacks import describe_attacks
+
+    _print_rows("attacks  (--attack NAME)", describe_attacks())
+
+
+def _print_rows(title: str, rows) -> None:
+    rows = list(rows)
+    table = Table(title=title, title_justify="left")
+    if rows and isinstance(rows[0], dict):
+        cols = list(rows[0])
+        for c in cols:
+            table.add_column(str(c))
+        for r in rows:
+            table.add_row(*[str(r.get(c, "")) for c in cols])
+    else:
+        for r in rows:
+            table.add_row(*[str(v) for v in r])
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console entry point: tune the allocator, run the command, turn user errors into exit code 2."""
+    tune_allocator()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        rv = app(args=argv, standalone_mode=False, prog_name="robfair")
+    except RobfairError as e:
+        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.exceptions.UsageError as e:
+        msg = e.format_message().replace("\n", " ")
+        hint = f" (see `robfair {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "robfair" else " (see `robfair --help`)"
+        err_console.print(f"[red]error:[/red] {msg}{hint}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

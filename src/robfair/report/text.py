@@ -1,0 +1,139 @@
+"""Terminal rendering of audits (rich tables). Used by the CLI only; the library never prints."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
+
+
+def _ci(row, col: str) -> str:
+    return f"{_pct(row[col])} [{_pct(row[col + '_lo'])}, {_pct(row[col + '_hi'])}]"
+
+
+def group_table(rep, *, title: str = "", by: str = "group") -> Table:
+    """Per group: n, clean / robust accuracy and std / bndy / rob error (percent, 95% Wilson CI)."""
+    df = rep.by_group if by == "group" else rep.by_class
+    worst = df["rob_acc"].idxmin() if len(df) else None
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column(by)
+    t.add_column("n", justify="right")
+    for c in ("clean acc % [95% CI]", "robust acc % [95% CI]", "std err", "bndy err", "rob err"):
+        t.add_column(c, justify="right")
+    for name, row in df.iterrows():
+        style = "bold red" if name == worst else None
+        t.add_row(str(name), str(int(row["n"])), _ci(row, "clean_acc"), _ci(row, "rob_acc"),
+                  _pct(row["std_err"]), _pct(row["bndy_err"]), _pct(row["rob_err"]), style=style)
+    return t
+
+
+def aggregate_table(rep, *, n_boot: int = 1000, seed: int = 0, k: int = 3, title: str = "") -> Table:
+    """Disparity over groups for clean and robust accuracy and boundary error; bootstrap CI for worst/gap."""
+    agg = rep.aggregates(k=k)
+    boot = rep.bootstrap(n=n_boot, seed=seed)["metrics"] if n_boot > 0 else {}
+    metrics = [("clean_acc", "clean acc"), ("rob_acc", "robust acc"), ("bndy_err", "bndy err")]
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("over groups")
+    for _, label in metrics:
+        t.add_column(label + " %", justify="right")
+    rows = [("avg", "avg (all samples)"), ("class_mean", "mean of groups"), ("worst", "worst"), ("best", "best"),
+            ("gap", "gap (best - worst)"), ("sd", "sd"), ("nsd", "nsd (sd/mean)"), ("ratio", "ratio (worst/best)"),
+            ("tail_k", f"tail-{k} (mean of {k} worst)"), ("gini", "Gini")]
+    unitless = {"nsd", "ratio", "gini"}
+    for key, label in rows:
+        cells = []
+        for m, _ in metrics:
+            v = agg[m].get(key)
+            s = "-" if v is None or (isinstance(v, float) and math.isnan(v)) else (f"{v:.3f}" if key in unitless else _pct(v))
+            if key in ("worst", "gap") and m in boot:
+                b = boot[m][key]
+                s += f" [{_pct(b['lo'])}, {_pct(b['hi'])}]"
+            cells.append(s)
+        t.add_row(label, *cells)
+    t.add_row("worst group", *[str(agg[m]["worst_group"]) for m, _ in metrics])
+    return t
+
+
+def chi2_line(rep) -> str:
+    c = rep.chi2()
+    parts = []
+    for key in ("clean", "robust"):
+        r = c[key]
+        p = r["p_value"]
+        parts.append(f"{key}: chi2={r['statistic']:.1f} (dof {r['dof']}), p={p:.2g}" + (f" ({r['note']})" if r.get("note") else ""))
+    return "Do the groups differ?  " + ";  ".join(parts)
+
+
+def print_audit(console: Console, report, *, title: str = "", n_boot: int = 1000, by: str = "group") -> None:
+    """Print an AuditReport: per-attack overall line, the headline per-group table, aggregates, tests, warnings."""
+    console.print(f"[bold]{title}[/bold]" if title else "")
+    for name, rep in report.reports.items():
+        o = rep.overall
+        console.print(f"  {name:<12} n={o['n']}  clean {_pct(o['clean_acc'])}%  robust {_pct(o['rob_acc'])}%"
+                      f"  (std err {_pct(o['std_err'])} + bndy err {_pct(o['bndy_err'])} = rob err {_pct(o['rob_err'])})")
+    main = report.main
+    label = main.attack if main.attack else "attack"
+    console.print(group_table(main, title=f"per {by}, {label}", by=by))
+    console.print(aggregate_table(main, n_boot=n_boot, title=f"disparity, {label} (95% bootstrap CI for worst and gap)"))
+    console.print(chi2_line(main))
+    for w in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def side_by_side(reports: Mapping[str, Any], *, title: str = "") -> Table:
+    """One row per class, clean and robust accuracy of several models next to each other."""
+    items = [(label, getattr(r, "main", r)) for label, r in reports.items()]
+    frames = [(label, rep.by_group) for label, rep in items]
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("class")
+    for label, _ in frames:
+        t.add_column(f"{label} clean %", justify="right")
+        t.add_column(f"{label} robust % [95% CI]", justify="right")
+    worst = {label: df["rob_acc"].idxmin() for label, df in frames}
+    for name in frames[0][1].index:
+        cells = []
+        for label, df in frames:
+            row = df.loc[name]
+            rob = _ci(row, "rob_acc")
+            cells += [_pct(row["clean_acc"]), f"[bold red]{rob}[/bold red]" if worst[label] == name else rob]
+        t.add_row(str(name), *cells)
+    return t
+
+
+def disparity_table(reports: Mapping[str, Any], *, n_boot: int = 1000, title: str = "") -> Table:
+    """Headline disparity figures of several models: avg / worst / gap of clean and robust accuracy."""
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in ("model", "clean avg", "clean worst", "robust avg", "robust worst [95% CI]", "robust gap [95% CI]",
+              "robust sd", "worst class", "chi2 p (robust)"):
+        t.add_column(c, justify="left" if c in ("model", "worst class") else "right")
+    for label, r in reports.items():
+        rep = getattr(r, "main", r)
+        a = rep.aggregates()
+        b = rep.bootstrap(n=n_boot, seed=0)["metrics"]["rob_acc"] if n_boot else None
+        ci = (lambda key: f" [{_pct(b[key]['lo'])}, {_pct(b[key]['hi'])}]") if b else (lambda key: "")
+        t.add_row(label, _pct(a["clean_acc"]["avg"]), _pct(a["clean_acc"]["worst"]), _pct(a["rob_acc"]["avg"]),
+                  _pct(a["rob_acc"]["worst"]) + ci("worst"), _pct(a["rob_acc"]["gap"]) + ci("gap"),
+                  _pct(a["rob_acc"]["sd"]), str(a["rob_acc"]["worst_group"]), f"{rep.chi2()['robust']['p_value']:.2g}")
+    return t
+
+
+def print_demo(console: Console, result) -> None:
+    """The demo's closing screen: side-by-side class table, disparity figures, where files went."""
+    reports = result.reports
+    console.print(side_by_side(reports, title=f"Class-wise accuracy on digits (test), L-inf eps={result.eps:g}, "
+                                              f"attack {result.attack_label}; worst class in red"))
+    console.print()
+    console.print(disparity_table(reports, title="Disparity (percent; 95% bootstrap CI)"))
+    for label, r in reports.items():
+        for w in getattr(r, "warnings", []):
+            console.print(f"[yellow]warning ({label}):[/yellow] {w}")
+    console.print()
+    for line in result.summary_lines:
+        console.print(line)
+    console.print(f"\nwrote {result.out}/ (checkpoints, audit.json, {result.plot.name})")
