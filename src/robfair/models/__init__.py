@@ -1,0 +1,33 @@
+"""Models for robfair: images in [0, 1] in, logits out, normalization inside the model.
+
+    from robfair.models import create, save_checkpoint, load_checkpoint
+    model = create("preact-resnet18", num_classes=10, in_shape=(3, 32, 32), mean=(0.4914, 0.4822, 0.4465),
+                   std=(0.2471, 0.2435, 0.2616))
+    save_checkpoint("best.pt", model, classes=dataset.classes, extra={"epoch": 3})
+    model, meta = load_checkpoint("best.pt")          # torch.load(weights_only=True) only
+
+Architectures (``describe_models()`` lists them with their arguments): ``mlp``, ``smallcnn`` (adapts to
+8x8 / 28x28 / 32x32 and any channel count), ``cifar-cnn`` (~51 MFLOP per 32x32x3 image),
+``preact-resnet18``, ``wrn`` (``depth``, ``widen``, ``dropout``) and the presets ``wrn-34-10``, ``wrn-28-10``.
+Add your own with ``@MODELS.register("name")`` on a ``factory(num_classes, in_shape, *, ...)``.
+"""
+
+from __future__ import annotations
+
+from . import resnet, small  # noqa: F401  (register the architectures)
+from .base import MODELS, Normalized
+from .checkpoint import load_checkpoint, save_checkpoint
+from .factory import ModelInfo, check_model_data, count_flops, create, describe_models, unwrap_model
+
+__all__ = [
+    "MODELS",
+    "ModelInfo",
+    "Normalized",
+    "check_model_data",
+    "count_flops",
+    "create",
+    "describe_models",
+    "load_checkpoint",
+    "save_checkpoint",
+    "unwrap_model",
+]

@@ -1,0 +1,111 @@
+"""The model registry, the normalization wrapper, and argument checks shared by the architectures.
+
+Every robfair model takes images in ``[0, 1]`` and returns logits; the per-channel normalization
+lives *inside* the model (``Normalized``), so attacks and epsilons always work in pixel space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from ..registry import Registry
+
+MODELS: Registry = Registry("model", ModelError)
+"""name -> ``factory(num_classes, in_shape, **kwargs) -> nn.Module`` returning logits."""
+
+
+class Normalized(nn.Module):
+    """``net((x - mean) / std)``: puts the input normalization inside the model.
+
+    ``mean``/``std`` are per-channel sequences (length 1 or ``channels``), a number, or ``None``.
+    ``None`` means no normalization (mean 0, std 1), which suits MNIST/digits-style data; pass the
+    dataset statistics for CIFAR-style data (e.g. ``mean=(0.4914, 0.4822, 0.4465)``). Both are kept
+    as float32 buffers shaped ``(1, C, 1, 1)``, so they follow ``.to(device)`` and live in the state dict.
+    Works with ``channels_last`` inputs and under ``torch.autocast``.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, net: nn.Module, mean: Any = None, std: Any = None, *, channels: int | None = None) -> None:
+        super().__init__()
+        self.net = net
+        m = channel_stats(mean, channels, "mean")
+        s = channel_stats(std, channels, "std")
+        c = channels or max(len(m or [0.0]), len(s or [1.0]))
+        self.register_buffer("mean", torch.tensor(m or [0.0] * c, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(s or [1.0] * c, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.std)
+
+
+def channel_stats(value: Any, channels: int | None, what: str) -> list[float] | None:
+    """Turn a mean/std given as a number, sequence or tensor into ``channels`` floats (or None)."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().flatten().tolist()
+    elif hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy arrays / scalars
+        value = value.tolist()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)) or not value:
+        raise ModelError(f"{what} {value!r} is not a number or per-channel list; pass e.g. {what}=(0.5, 0.5, 0.5)")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in value):
+        raise ModelError(f"{what} {list(value)!r} must hold finite numbers; pass e.g. {what}=(0.5, 0.5, 0.5)")
+    out = [float(v) for v in value]
+    if channels is not None and len(out) == 1:
+        out = out * channels
+    if channels is not None and len(out) != channels:
+        raise ModelError(
+            f"{what} has {len(out)} values but the images have {channels} channels; pass 1 or {channels} values"
+        )
+    if what == "std" and min(out) <= 0:
+        raise ModelError(f"std {out} must be positive; pass the per-channel standard deviation of the data")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# argument checks used by the factories: each raises a one-line ModelError naming the fix
+
+
+def check_num_classes(num_classes: Any) -> int:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ModelError(f"num_classes must be an integer >= 2, got {num_classes!r}; pass the dataset's class count")
+    return int(num_classes)
+
+
+def check_in_shape(in_shape: Any) -> tuple[int, int, int]:
+    try:
+        shape = tuple(in_shape)
+    except TypeError:
+        shape = ()
+    if len(shape) != 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        raise ModelError(
+            f"in_shape must be (channels, height, width) of positive integers, got {in_shape!r}; "
+            "pass e.g. (3, 32, 32) or dataset.in_shape"
+        )
+    return tuple(int(d) for d in shape)  # type: ignore[return-value]
+
+
+def positive_int(model: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(f"{model}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def dropout_rate(model: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ModelError(f"{model}: dropout must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    return "x".join(str(int(d)) for d in shape)
