@@ -1,0 +1,22 @@
+"""Datasets as tensors: ``load_dataset("cifar10:~/data", split="test")`` -> :class:`Dataset`.
+
+``robfair datasets`` (``describe_datasets()``) lists the names, default locations and formats.
+Every format reads local files only; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from . import cifar, digits, idx, imagefolder, npz, svhn  # noqa: F401  (register the loaders)
+from .base import Dataset, stratified_split
+from .registry import DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "DatasetInfo",
+    "data_home",
+    "describe_datasets",
+    "load_dataset",
+    "register_dataset",
+    "stratified_split",
+]
