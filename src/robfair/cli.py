@@ -6,7 +6,6 @@ and no output file is left half-written (files are written atomically at the end
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -184,7 +183,7 @@ def attacks() -> None:
 
 
 def _print_rows(title: str, rows) -> None:
-    rows = list(rows)
+    rows = [r._asdict() if hasattr(r, "_asdict") else r for r in rows]
     table = Table(title=title, title_justify="left")
     if rows and isinstance(rows[0], dict):
         cols = list(rows[0])
