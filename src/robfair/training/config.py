@@ -1,0 +1,194 @@
+"""The training configuration: one pydantic model, loaded from YAML or flags, every key checked.
+
+    cfg = TrainConfig(data="digits", model="smallcnn", method="trades", method_options={"beta": 6},
+                      epochs=20, eps="0.1", out="runs/trades")
+    cfg = load_config("configs/frl.yaml", epochs=40)      # YAML file, then overrides
+    cfg.to_yaml()
+
+Unknown keys and bad values raise a one-line :class:`~robfair.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import ConfigError, RobfairError
+from ..utils import parse_eps
+
+#: keys that may change when a run is resumed (they do not change what is computed)
+RESUME_FREE_KEYS = ("resume", "device", "out")
+#: the block a run folder's config.yaml carries besides the config (versions, commit, resolved device)
+RUN_INFO_KEY = "run_info"
+
+Select = Literal["avg+worst", "avg-rob", "worst-rob", "clean", "last"]
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run depends on. Defaults follow the field's CIFAR recipe (spec section 3)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- what is trained
+    data: str = Field("digits", description="dataset spec NAME[:PATH] (its 'train' split is used)")
+    model: str = Field("smallcnn", description="architecture name (robfair.models)")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra architecture arguments")
+    init: str | None = Field(None, description="robfair checkpoint to start from (fine-tuning)")
+    method: str = Field("standard", description="training method (standard, pgd-at, trades, ...)")
+    method_options: dict[str, Any] = Field(default_factory=dict, description="the method's own options")
+
+    # --- optimization
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(128, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: float = Field(0.1, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (Adam: beta1)")
+    weight_decay: float = Field(5e-4, ge=0)
+    nesterov: bool = False
+    schedule: Literal["piecewise", "cosine", "constant"] = "piecewise"
+    milestones: list[float] | None = Field(
+        None, description="piecewise: epochs at which lr *= gamma (default: 50% and 75% of epochs)")
+    gamma: float = Field(0.1, gt=0, le=1)
+    warmup_epochs: float = Field(0, ge=0, description="linear warm-up from lr/100, in epochs")
+    ema: float | None = Field(None, gt=0, lt=1, description="EMA decay of the weights (e.g. 0.999); None: off")
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    channels_last: bool = False
+    augment: Literal["none", "crop-flip"] = "none"
+    crop_padding: int = Field(4, ge=0, description="crop-flip: zero padding before the random crop")
+
+    # --- threat model
+    eps: float = Field(8 / 255, description="training radius (and validation radius); '8/255' allowed")
+    attack: str | None = Field(None, description="training attack; None: the method's default")
+    attack_options: dict[str, Any] = Field(
+        default_factory=dict, description="overrides for the training attack (e.g. steps); step default eps/4")
+
+    # --- validation and model selection
+    val_per_class: int | float = Field(
+        0.1, description="validation split carved from train: samples per class (int) or fraction; 0: none")
+    val_attack: str = Field("pgd10", description="validation attack, or 'none' for clean only")
+    val_attack_options: dict[str, Any] = Field(default_factory=dict)
+    val_batch_size: int | None = Field(None, ge=1, description="default: batch_size")
+    select: Select = Field("avg+worst", description="best.pt criterion on validation")
+
+    # --- bookkeeping
+    seed: int = Field(0, ge=0)
+    device: str = "auto"
+    out: str | None = Field(None, description="run folder (config.yaml, checkpoints/, metrics.jsonl)")
+    resume: bool = False
+
+    # ------------------------------------------------------------------ construction
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise ConfigError(_one_line(e, type(self))) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "TrainConfig":  # type: ignore[override]
+        """As pydantic's, with a one-line ConfigError instead of a ValidationError."""
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as e:
+            raise ConfigError(_one_line(e, cls)) from None
+
+    @field_validator("eps", mode="before")
+    @classmethod
+    def _parse_eps(cls, v: Any) -> float:
+        try:
+            return parse_eps(v, "eps")
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("val_per_class")
+    @classmethod
+    def _check_val(cls, v: int | float) -> int | float:
+        if isinstance(v, float) and not 0 <= v < 1:
+            raise ValueError("a fraction must be in [0, 1); or pass an int count per class such as 300")
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _check_all(self) -> "TrainConfig":
+        from .methods import build_method  # imports register the built-in methods
+
+        method = build_method(self.method, self.method_options)  # ConfigError naming the method / option
+        # resolve: canonical method name, every option spelled out, the method's default attack
+        self.method = method.name
+        self.method_options = method.options.model_dump(mode="json")
+        if self.attack is None:
+            self.attack = method.default_attack
+        if self.milestones is not None:
+            bad = [m for m in self.milestones if not 0 < m <= self.epochs]
+            if bad or list(self.milestones) != sorted(self.milestones):
+                raise ConfigError(f"milestones {self.milestones} must be increasing epochs in (0, {self.epochs}]; "
+                                  "fix milestones or epochs")
+        if self.warmup_epochs >= self.epochs:
+            raise ConfigError(f"warmup_epochs ({self.warmup_epochs:g}) must be below epochs ({self.epochs}); "
+                              "lower warmup_epochs")
+        if self.val_per_class == 0 and self.select != "last":
+            raise ConfigError(f"select '{self.select}' needs a validation split but val_per_class is 0; "
+                              "set val_per_class (e.g. 0.1) or select: last")
+        return self
+
+    # ------------------------------------------------------------------ derived values
+    def resolved_milestones(self) -> list[float]:
+        if self.milestones is not None:
+            return list(self.milestones)
+        return [0.5 * self.epochs, 0.75 * self.epochs]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self, run_info: dict[str, Any] | None = None) -> str:
+        """The config as YAML (loadable by ``load_config``), optionally with a ``run_info`` block."""
+        d = self.to_dict()
+        if run_info:
+            d[RUN_INFO_KEY] = run_info
+        return yaml.safe_dump(d, sort_keys=False)
+
+    def differences(self, other: "TrainConfig", ignore: tuple[str, ...] = RESUME_FREE_KEYS) -> list[str]:
+        """Keys whose values differ from ``other`` (except ``ignore``)."""
+        a, b = self.to_dict(), other.to_dict()
+        return [k for k in a if k not in ignore and a[k] != b.get(k)]
+
+
+def _one_line(e: ValidationError, model: type[BaseModel]) -> str:
+    err = e.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    if loc and loc[0] in model.model_fields and len(loc) > 1 and not loc[1].isdigit():
+        loc = loc[:1]  # 'val_per_class', not the union branch 'val_per_class.int'
+    key = ".".join(loc) or "config"
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown config key '{key}'; {hint}valid keys: {', '.join(model.model_fields)}"
+    msg = err["msg"].removeprefix("Value error, ")
+    fix = "" if ";" in msg else f"; fix '{key}' in the config"
+    return f"config key '{key}' = {err.get('input')!r} is invalid: {msg}{fix}"
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
+    """Read a YAML config (a run folder's config.yaml works too), apply ``overrides``, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.yaml"
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML{at}; fix the syntax") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys to values; write 'key: value' lines")
+        data.pop(RUN_INFO_KEY, None)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig(**data)

@@ -1,0 +1,167 @@
+"""What a training method is: a batch loss plus optional hooks. It never owns the loop.
+
+A method is one class in one file, registered with one line::
+
+    @METHODS.register("my-method", help="one line shown by `robfair methods`")
+    class MyMethod(Method):
+        class Options(Method.Options):          # validated from the config's `method_options`
+            beta: float = Field(6.0, ge=0)
+
+        default_attack = "pgd10"                # the training attack when the config names none
+
+        def loss(self, model, x, y, g, ctx):
+            x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+            logits = model(x_adv)
+            ctx.record(logits, y)               # counted as training accuracy (optional)
+            return F.cross_entropy(logits, y, weight=self.class_weights())
+
+The trainer sets ``method.ctx`` (a :class:`TrainContext`) before ``on_train_start``. Per-class hooks
+(``class_weights``, ``class_eps``) return a (K,) tensor on ``ctx.device`` or None; a method that
+updates them in ``on_epoch_end`` from the validation report (FRL's dual step, WAT's Hedge weights)
+saves its state in ``state_dict`` so a resumed run continues exactly, and reports it in
+``epoch_state`` so it lands in ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ...errors import ConfigError
+from ...registry import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import TrainConfig
+
+METHODS: Registry = Registry("method", ConfigError)
+
+
+@dataclass
+class TrainContext:
+    """What the trainer shares with the method (and with callbacks) while it runs.
+
+    ``attack`` is the configured training attack, ``attack(model, x, y, eps, generator=...)``; it
+    takes input gradients only and restores the model's train mode. ``generator`` is the device
+    generator for attack random starts (re-seeded from the config seed every epoch). ``eps`` is the
+    global training radius. ``epoch`` counts from 0; ``step`` counts optimizer steps.
+    ``train_class_acc`` holds last epoch's per-class training accuracy on the logits the method
+    recorded (None before the first epoch ends)."""
+
+    cfg: "TrainConfig"
+    device: torch.device
+    num_classes: int
+    class_names: list[str]
+    eps: float
+    attack: Callable[..., torch.Tensor] | None = None
+    generator: torch.Generator | None = None
+    epoch: int = 0
+    step: int = 0
+    epochs: int = 1
+    rank: int = 0
+    world_size: int = 1
+    train_class_acc: torch.Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    _logits: torch.Tensor | None = field(default=None, repr=False)
+    _labels: torch.Tensor | None = field(default=None, repr=False)
+
+    def record(self, logits: torch.Tensor, y: torch.Tensor) -> None:
+        """Count ``logits`` toward this epoch's training accuracy (no device sync)."""
+        self._logits, self._labels = logits.detach(), y
+
+    def take_record(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        out = (self._logits, self._labels)
+        self._logits = self._labels = None
+        return out
+
+
+class Method:
+    """Base class of training methods: override ``loss``; the hooks are optional."""
+
+    class Options(BaseModel):
+        """The method's options (config key ``method_options``); unknown keys are rejected."""
+
+        model_config = ConfigDict(extra="forbid")
+
+    name: ClassVar[str] = "base"
+    #: training attack used when the config's ``attack`` is empty; None: the method attacks nothing.
+    default_attack: ClassVar[str | None] = None
+
+    def __init__(self, options: "Method.Options | dict[str, Any] | None" = None, ctx: TrainContext | None = None):
+        self.options = self.parse_options(options)
+        self.ctx: TrainContext | None = ctx
+
+    @classmethod
+    def parse_options(cls, options: "Method.Options | dict[str, Any] | None") -> "Method.Options":
+        """Validate ``options`` against ``cls.Options``; a bad key or value is a one-line ConfigError."""
+        if isinstance(options, cls.Options):
+            return options
+        try:
+            return cls.Options(**(options or {}))
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(p) for p in err["loc"]) or "?"
+            valid = ", ".join(cls.Options.model_fields) or "none"
+            if err["type"] == "extra_forbidden":
+                raise ConfigError(f"method '{cls.name}' has no option '{key}'; valid options: {valid}") from None
+            raise ConfigError(f"method '{cls.name}' option '{key}' = {err.get('input')!r} is invalid: "
+                              f"{err['msg']}; fix it in method_options") from None
+
+    # ------------------------------------------------------------------ the batch loss
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
+             ctx: TrainContext) -> torch.Tensor:
+        """The scalar loss of one batch (x in [0, 1], labels y, group ids g); the trainer backprops it."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ per-class hooks
+    def class_weights(self) -> torch.Tensor | None:
+        """(K,) loss weight per class, or None for uniform. Long-tail / FRL methods override."""
+        return None
+
+    def class_eps(self) -> torch.Tensor | None:
+        """(K,) training radius per class, or None for the global ``ctx.eps``."""
+        return None
+
+    def sample_eps(self, y: torch.Tensor) -> torch.Tensor | float:
+        """The training radius of each sample: ``class_eps()[y]`` when set, else the global eps."""
+        ce = self.class_eps()
+        if ce is None:
+            assert self.ctx is not None, "the trainer sets method.ctx before training"
+            return self.ctx.eps
+        return ce.to(y.device)[y]
+
+    # ------------------------------------------------------------------ epoch hooks
+    def on_train_start(self, ctx: TrainContext) -> None:
+        """Called once before the first epoch (and again after a resume)."""
+
+    def on_epoch_start(self, ctx: TrainContext) -> None:
+        """Called before each training epoch (``ctx.epoch`` is set)."""
+
+    def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
+        """Called after validation with the validation ``GroupReport`` (None without a split)."""
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume this method exactly (tensors, numbers, lists)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def epoch_state(self) -> dict[str, Any]:
+        """JSON-able quantities logged per epoch to metrics.jsonl (multipliers, weights, class eps...)."""
+        out: dict[str, Any] = {}
+        w, e = self.class_weights(), self.class_eps()
+        if w is not None:
+            out["class_weights"] = [float(v) for v in w.detach().cpu()]
+        if e is not None:
+            out["class_eps"] = [float(v) for v in e.detach().cpu()]
+        return out
+
+
+def build_method(name: str, options: "Method.Options | dict[str, Any] | None" = None) -> Method:
+    """The registered method ``name`` with validated ``options`` (ConfigError when unknown or bad)."""
+    cls = METHODS.get(name)
+    return cls(options)

@@ -1,0 +1,641 @@
+"""The one training loop. Methods plug in a batch loss and hooks; the loop owns everything else.
+
+    trainer = Trainer(model, train, val, method=None, cfg=cfg)     # method None: cfg.method
+    result = trainer.fit()                                          # -> RunResult
+
+Per epoch: shuffle (a generator seeded from ``cfg.seed`` and the epoch), optional on-device CIFAR
+augmentation, ``method.loss`` under autocast, one optimizer step per batch, the LR schedule stepped
+**per iteration** (milestones and warm-up given in epochs are converted to steps, so warm-up is
+smooth and any batch count works), EMA update, then validation: per-group clean and robust outcomes
+under ``cfg.val_attack`` -> :class:`~robfair.metrics.GroupReport` -> one line of ``metrics.jsonl``,
+``best.pt`` by ``cfg.select`` on validation only, ``last.pt`` every epoch.
+
+Randomness: data order, augmentation and attack random starts use generators re-seeded from
+``(cfg.seed, purpose, epoch, rank)`` every epoch; the global torch / numpy / python RNGs are saved in
+``last.pt``. A killed run resumed with ``resume=True`` therefore redoes the interrupted epoch from
+exactly the state it started with and ends bit-identical (on CPU) to an uninterrupted run.
+
+The run folder (``cfg.out``; None trains in memory and writes nothing)::
+
+    config.yaml            resolved config + run_info (versions, git commit, device)
+    checkpoints/last.pt    model + optimizer, scheduler, scaler, EMA, method state, RNG states, epoch, step
+    checkpoints/best.pt    the selected model (EMA weights when ``cfg.ema``) with its validation summary
+    metrics.jsonl          one JSON object per epoch
+    audit.json             ``final_audit(best_model, test)`` when both are given
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from ..utils import atomic_path, write_json
+from . import distributed as D
+from .checkpointing import plain, rng_state, set_rng_state
+from .config import TrainConfig
+from .methods import Method, TrainContext, build_method
+
+log = logging.getLogger(__name__)
+
+_AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_SEED_TAGS = {"order": 1, "augment": 2, "attack": 3, "val": 4}
+#: statistics of each rate kept in metrics.jsonl (GroupReport.aggregates has more)
+_AGG_KEYS = ("avg", "class_mean", "worst", "best", "gap", "sd", "tail_k", "worst_group")
+_RATES = ("clean_acc", "rob_acc", "std_err", "bndy_err", "rob_err")
+
+
+# ================================================================================ callbacks / result
+class Callback:
+    """Progress hooks for the CLI (rich bars) or notebooks; every method is optional. The library
+    itself never prints. ``record`` is the metrics.jsonl line of the epoch."""
+
+    def on_train_start(self, trainer: "Trainer") -> None: ...
+    def on_epoch_start(self, epoch: int, num_batches: int) -> None: ...
+    def on_batch(self, epoch: int, batch: int, num_batches: int) -> None: ...
+    def on_val_start(self, epoch: int, num_batches: int) -> None: ...
+    def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None: ...
+    def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None: ...
+    def on_train_end(self, result: "RunResult") -> None: ...
+
+
+@dataclass
+class RunResult:
+    """What ``fit`` returns. ``model`` is the trained model after the last epoch (raw weights);
+    ``best_model`` the selected one (EMA weights when enabled); ``history`` the metrics.jsonl lines."""
+
+    model: nn.Module
+    best_model: nn.Module
+    history: list[dict[str, Any]]
+    best_epoch: int | None
+    best_score: float | None
+    out: Path | None = None
+    audit: Any = None
+
+    @property
+    def last_path(self) -> Path | None:
+        return None if self.out is None else self.out / "checkpoints" / "last.pt"
+
+    @property
+    def best_path(self) -> Path | None:
+        return None if self.out is None else self.out / "checkpoints" / "best.pt"
+
+
+# ================================================================================ selection
+def val_summary(report: Any) -> dict[str, Any]:
+    """Average and worst-group values of each rate of a validation ``GroupReport``."""
+    agg = report.aggregates()
+    out: dict[str, Any] = {"n": report.n}
+    for rate in _RATES:
+        out[rate] = agg[rate]["avg"]
+        out[f"worst_{rate}"] = agg[rate]["worst"]
+    out["worst_group"] = agg["rob_acc"]["worst_group"]
+    return out
+
+
+def selection_score(summary: dict[str, Any] | None, criterion: str) -> float | None:
+    """The model-selection score (higher is better) of one epoch's validation summary.
+
+    ``avg+worst``: average + worst-group robust accuracy; ``avg-rob``: average robust accuracy;
+    ``worst-rob``: worst-group robust accuracy; ``clean``: average clean accuracy; ``last``: None
+    (the latest epoch always wins)."""
+    if criterion == "last" or summary is None:
+        return None
+    value = {
+        "avg+worst": lambda s: s["rob_acc"] + s["worst_rob_acc"],
+        "avg-rob": lambda s: s["rob_acc"],
+        "worst-rob": lambda s: s["worst_rob_acc"],
+        "clean": lambda s: s["clean_acc"],
+    }[criterion](summary)
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def select_best(history: Sequence[dict[str, Any]], criterion: str) -> int | None:
+    """The epoch ``best.pt`` holds for a metrics.jsonl history: the highest score, earliest on ties
+    (``last``: the final epoch). Epochs without a score never win."""
+    best_epoch, best = None, None
+    for rec in history:
+        if criterion == "last":
+            best_epoch = rec["epoch"]
+            continue
+        s = selection_score((rec.get("val") or {}).get("summary"), criterion)
+        if s is not None and (best is None or s > best):
+            best_epoch, best = rec["epoch"], s
+    return best_epoch
+
+
+# ================================================================================ helpers
+def derive_seed(seed: int, purpose: str, epoch: int, rank: int = 0) -> int:
+    """A 63-bit seed for one purpose (order / augment / attack / val) of one epoch on one rank."""
+    ss = np.random.SeedSequence([int(seed), _SEED_TAGS[purpose], int(epoch), int(rank)])
+    return int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def random_crop_flip(x: torch.Tensor, padding: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """CIFAR augmentation on a batch, on its device: zero-pad by ``padding``, crop back to H x W at a
+    random offset per sample, flip horizontally with probability 1/2. Vectorized (one gather)."""
+    n, _, h, w = x.shape
+    gdev = generator.device if generator is not None else x.device
+    oy = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=gdev).to(x.device)
+    ox = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=gdev).to(x.device)
+    flip = (torch.rand(n, generator=generator, device=gdev) < 0.5).to(x.device)
+    xp = F.pad(x, (padding,) * 4) if padding else x
+    rows = oy[:, None] + torch.arange(h, device=x.device)
+    cols = ox[:, None] + torch.arange(w, device=x.device)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    out = xp[torch.arange(n, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]  # N,H,W,C
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+def _fetch(ds: Any, idx: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch of a Dataset by index: uint8 images travel as uint8 and are converted on ``device``."""
+    i = idx.to(ds.x.device)
+    x = ds.x[i].to(device, non_blocking=True)
+    x = x.float().div_(255) if x.dtype == torch.uint8 else x
+    gid = ds.group_ids
+    return x, ds.y[i.to(ds.y.device)].to(device), gid[i.to(gid.device)].to(device)
+
+
+def _place(ds: Any, device: torch.device) -> Any:
+    """Move a dataset to ``device`` when it fits comfortably (a quarter of free accelerator memory)."""
+    if ds is None or ds.x.device == device:
+        return ds
+    if device.type == "cuda":
+        need = ds.x.numel() * ds.x.element_size()
+        free, _ = torch.cuda.mem_get_info(device)
+        if need > free // 4:
+            log.info("dataset %s (%.1f GB) stays on the CPU; batches are copied to %s", ds.name, need / 1e9, device)
+            return ds
+    return ds.to(device)
+
+
+def _json_clean(obj: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> python, tensors -> lists."""
+    if isinstance(obj, dict):
+        return {str(k): _json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_clean(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return _json_clean(obj.detach().cpu().tolist())
+    if isinstance(obj, np.ndarray):
+        return _json_clean(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_info(device: torch.device, world_size: int) -> dict[str, Any]:
+    from .. import __version__
+
+    return {
+        "versions": {"robfair": __version__, "torch": str(torch.__version__), "numpy": str(np.__version__),
+                     "python": platform.python_version()},
+        "git_commit": _git_commit(),
+        "device": str(device),
+        "world_size": world_size,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+class _DeviceAttack:
+    """The configured attack, called on the DDP-unwrapped model (attacks need no gradient sync)."""
+
+    def __init__(self, attack: Any) -> None:
+        self.attack = attack
+        self.name = getattr(attack, "name", str(attack))
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: Any, **kw: Any) -> torch.Tensor:
+        return self.attack(D.unwrap(model), x, y, eps, **kw)
+
+
+def build_attack(name: str | None, options: dict[str, Any], *, train: bool) -> _DeviceAttack | None:
+    """``get_attack(name, **options)``; training attacks return the last iterate (``keep="last"``)."""
+    if name is None or name.lower() == "none":
+        return None
+    import inspect
+
+    from ..attacks import ATTACKS, get_attack, parse_attack_name
+
+    opts = dict(options)
+    if train and "keep" in inspect.signature(ATTACKS.get(parse_attack_name(name)[0])).parameters:
+        opts.setdefault("keep", "last")
+    attack = get_attack(name, **opts)
+    return _DeviceAttack(attack)
+
+
+# ================================================================================ the trainer
+class Trainer:
+    """Train ``model`` on ``train`` with ``method`` (default: ``cfg.method``), select on ``val``.
+
+    ``model`` comes from ``robfair.models.create`` (checkpoints rebuild it from its spec). ``train``,
+    ``val`` and ``test`` are ``robfair.data.Dataset``; ``val=None`` trains without validation
+    (``cfg.select`` must then be ``last``). ``final_audit(best_model, test)`` runs after training
+    when both are given; its result (``.to_json()`` or a dict) is saved as ``audit.json``.
+    ``callbacks``: :class:`Callback` objects for progress display."""
+
+    def __init__(self, model: nn.Module, train: Any, val: Any = None, method: Method | None = None,
+                 cfg: TrainConfig | None = None, *, test: Any = None, callbacks: Sequence[Any] = (),
+                 final_audit: Callable[[nn.Module, Any], Any] | None = None) -> None:
+        self.cfg = cfg = cfg if cfg is not None else TrainConfig()
+        if val is None and cfg.select != "last":
+            raise ConfigError(f"select '{cfg.select}' needs a validation set; pass val or set select: last")
+        if val is not None and len(val) == 0:
+            raise ConfigError("the validation set is empty; raise val_per_class or pass val=None with select: last")
+        self.dist, self.device, self._owns_group = D.setup(cfg.device)
+        self.method = method if method is not None else build_method(cfg.method, cfg.method_options)
+        self.callbacks = list(callbacks)
+        self.final_audit = final_audit
+        self.test = test
+        self.out = Path(cfg.out).expanduser() if cfg.out and self.dist.is_main else None
+        self.run_dir = Path(cfg.out).expanduser() if cfg.out else None
+        self.class_names = list(train.classes)
+        self.num_classes = len(self.class_names)
+
+        # --- model, data, attacks
+        fmt = torch.channels_last if cfg.channels_last else torch.preserve_format
+        self.raw_model = model.to(self.device, memory_format=fmt)
+        self.model = D.wrap(self.raw_model, self.dist, self.device)
+        self.train_ds = _place(train, self.device)
+        self.val_ds = None
+        if val is not None:
+            shard = torch.arange(self.dist.rank, len(val), self.dist.world_size)
+            self.val_ds = _place(val.subset(shard) if self.dist.enabled else val, self.device)
+        self.train_attack = build_attack(cfg.attack, cfg.attack_options, train=True)
+        self.val_attack = build_attack(cfg.val_attack, cfg.val_attack_options, train=False)
+
+        # --- optimization
+        self.batch_size = cfg.batch_size
+        n_local = len(D.shard(torch.arange(len(train)), self.dist))
+        self.steps_per_epoch = max(1, math.ceil(n_local / self.batch_size))
+        self.optimizer = self._make_optimizer()
+        self.scheduler = self._make_scheduler()
+        self.amp_dtype = _AMP.get(cfg.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.ema = None
+        if cfg.ema is not None:
+            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+            self.ema = AveragedModel(self.raw_model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema), use_buffers=True)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+
+        self.ctx = TrainContext(cfg=cfg, device=self.device, num_classes=self.num_classes,
+                                class_names=self.class_names, eps=cfg.eps, attack=self.train_attack,
+                                epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size)
+        self.method.ctx = self.ctx
+        self.epoch = 0  # completed epochs
+        self.step = 0
+        self.best_epoch: int | None = None
+        self.best_score: float | None = None
+        self.history: list[dict[str, Any]] = []
+        self._best_state: dict[str, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ construction helpers
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.cfg
+        params = self.raw_model.parameters()
+        if c.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay,
+                                   nesterov=c.nesterov and c.momentum > 0)
+        return torch.optim.Adam(params, lr=c.lr, betas=(c.momentum, 0.999), weight_decay=c.weight_decay)
+
+    def _make_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
+        from torch.optim import lr_scheduler as S
+
+        c, spe = self.cfg, self.steps_per_epoch
+        total = c.epochs * spe
+        warm = int(round(c.warmup_epochs * spe))
+        if c.schedule == "piecewise":
+            ms = sorted({max(1, int(round(m * spe)) - warm) for m in c.resolved_milestones()})
+            main: S.LRScheduler = S.MultiStepLR(self.optimizer, ms, gamma=c.gamma)
+        elif c.schedule == "cosine":
+            main = S.CosineAnnealingLR(self.optimizer, T_max=max(1, total - warm))
+        else:
+            main = S.ConstantLR(self.optimizer, factor=1.0, total_iters=0)
+        if warm <= 0:
+            return main
+        ramp = S.LinearLR(self.optimizer, start_factor=0.01, end_factor=1.0, total_iters=warm)
+        return S.SequentialLR(self.optimizer, [ramp, main], milestones=[warm])
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The model validated and saved as best: the EMA weights when enabled."""
+        return self.ema.module if self.ema is not None else self.raw_model
+
+    # ------------------------------------------------------------------ run folder
+    def _prepare_run_dir(self) -> None:
+        """Refuse to overwrite a run; on resume check the config and load ``last.pt``."""
+        if self.run_dir is None:
+            if self.cfg.resume:
+                raise ConfigError("resume needs a run folder; set out to the folder of the run to continue")
+            return
+        last = self.run_dir / "checkpoints" / "last.pt"
+        resumed = self.cfg.resume and last.exists()
+        if resumed:
+            self._load_resume(last)
+        elif not self.cfg.resume and (last.exists() or (self.run_dir / "metrics.jsonl").exists()):
+            raise ConfigError(f"run folder {self.run_dir} already holds a run; pass resume to continue it "
+                              "or choose another out folder")
+        D.barrier(self.dist)  # every rank has checked the folder before rank 0 writes to it
+        if self.out is not None:
+            (self.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            if not resumed:
+                with atomic_path(self.out / "config.yaml") as tmp:
+                    tmp.write_text(self.cfg.to_yaml(run_info(self.device, self.dist.world_size)))
+            self._rewrite_metrics()
+
+    def _train_state(self) -> dict[str, Any]:
+        return plain({
+            "epoch": self.epoch,
+            "step": self.step,
+            "config": self.cfg.to_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "method": self.method.state_dict(),
+            "best": {"epoch": self.best_epoch, "score": self.best_score},
+            "rng": self._gather_rng(),
+        })
+
+    def _gather_rng(self) -> list[dict[str, Any]]:
+        """Every rank's RNG state, indexed by rank (collective: all ranks call it)."""
+        state = rng_state()
+        if not self.dist.enabled:
+            return [state]
+        import torch.distributed as dist
+
+        states: list[Any] = [None] * self.dist.world_size
+        dist.all_gather_object(states, state)
+        return states
+
+    def _load_resume(self, path: Path) -> None:
+        from ..models import load_checkpoint
+
+        loaded, meta = load_checkpoint(path, map_location="cpu")
+        state = meta["extra"].get("trainer")
+        if not state:
+            raise ConfigError(f"{path} holds no training state; it cannot be resumed - start a new run")
+        saved = TrainConfig(**state["config"])
+        diff = self.cfg.differences(saved)
+        if diff:
+            a, b = saved.to_dict(), self.cfg.to_dict()
+            what = ", ".join(f"{k} ({a[k]!r} -> {b[k]!r})" for k in diff)
+            raise ConfigError(f"cannot resume {self.run_dir}: the config changed: {what}; resume with the "
+                              "original config or choose another out folder")
+        self.raw_model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
+        self._resume_method_state = state["method"]
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.best_epoch, self.best_score = state["best"]["epoch"], state["best"]["score"]
+        rng = state["rng"]
+        self._resume_rng = rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0]
+        log.info("resuming %s after epoch %d (step %d)", self.run_dir, self.epoch, self.step)
+
+    def _rewrite_metrics(self) -> None:
+        """Keep the metrics lines of completed epochs only (a crash may leave a line ahead of last.pt)."""
+        assert self.out is not None
+        path = self.out / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        kept = [json.loads(s) for s in lines if s.strip()]
+        kept = [r for r in kept if r["epoch"] <= self.epoch]
+        self.history = kept
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def _save(self, record: dict[str, Any], is_best: bool) -> None:
+        from ..models import save_checkpoint
+
+        state = self._train_state()  # collective under DDP: every rank computes it
+        if self.out is None:
+            if is_best:
+                self._best_state = {k: v.detach().clone() for k, v in self.eval_model.state_dict().items()}
+            return
+        ck = self.out / "checkpoints"
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if is_best:
+            save_checkpoint(ck / "best.pt", self.eval_model, classes=self.class_names,
+                            extra=plain({"epoch": record["epoch"], "select": self.cfg.select,
+                                          "score": self.best_score,
+                                          "val": (record.get("val") or {}).get("summary")}))
+        save_checkpoint(ck / "last.pt", self.raw_model, classes=self.class_names, extra={"trainer": state})
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> RunResult:
+        """Train ``cfg.epochs`` epochs (continuing a resumed run) and return the result."""
+        cfg = self.cfg
+        self._resume_method_state = None
+        self._resume_rng = None
+        self._prepare_run_dir()
+        self.method.on_train_start(self.ctx)
+        if self._resume_method_state is not None:
+            self.method.load_state_dict(self._resume_method_state)
+        if self._resume_rng is not None:
+            set_rng_state(self._resume_rng)
+        self._emit("on_train_start", self)
+        for epoch in range(self.epoch, cfg.epochs):
+            t0 = time.perf_counter()
+            train_stats = self._train_epoch(epoch)
+            t1 = time.perf_counter()
+            report = self._validate(epoch) if self.val_ds is not None else None
+            t2 = time.perf_counter()
+            self.method.on_epoch_end(self.ctx, report)
+            self.epoch = epoch + 1
+            record = self._record(epoch, train_stats, report, {"train_s": t1 - t0, "val_s": t2 - t1})
+            self._save(record, record["select"]["is_best"])
+            self.history.append(record)
+            self._emit("on_epoch_end", epoch, record)
+            log.info("epoch %d/%d: train loss %.4f, val %s", epoch + 1, cfg.epochs, train_stats["loss"],
+                     (record["val"] or {}).get("summary"))
+        D.barrier(self.dist)
+        result = RunResult(model=self.raw_model, best_model=self._load_best(), history=self.history,
+                           best_epoch=self.best_epoch, best_score=self.best_score, out=self.run_dir)
+        if self.test is not None and self.final_audit is not None and self.dist.is_main:
+            result.audit = self.final_audit(result.best_model, self.test)
+            if self.out is not None:
+                payload = result.audit.to_json() if hasattr(result.audit, "to_json") else result.audit
+                write_json(self.out / "audit.json", _json_clean(payload))
+        self._emit("on_train_end", result)
+        D.barrier(self.dist)
+        if self._owns_group:
+            D.cleanup(self.dist)
+        return result
+
+    def _load_best(self) -> nn.Module:
+        best = copy.deepcopy(self.eval_model)
+        if self.out is not None and (self.out / "checkpoints" / "best.pt").exists():
+            from ..models import load_checkpoint
+
+            loaded, _ = load_checkpoint(self.out / "checkpoints" / "best.pt", map_location="cpu")
+            best.load_state_dict(loaded.state_dict())
+        elif self._best_state is not None:
+            best.load_state_dict(self._best_state)
+        return best.eval()
+
+    def _emit(self, name: str, *args: Any) -> None:
+        if not self.dist.is_main:
+            return
+        for cb in self.callbacks:
+            fn = getattr(cb, name, None)
+            if fn is not None:
+                fn(*args)
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        cfg, dev, K = self.cfg, self.device, self.num_classes
+        ctx = self.ctx
+        ctx.epoch, ctx.step = epoch, self.step
+        ctx.generator = make_generator(dev, derive_seed(cfg.seed, "attack", epoch, self.dist.rank))
+        aug_gen = make_generator(dev, derive_seed(cfg.seed, "augment", epoch, self.dist.rank))
+        order_gen = make_generator(torch.device("cpu"), derive_seed(cfg.seed, "order", epoch))
+        order = D.shard(torch.randperm(len(self.train_ds), generator=order_gen), self.dist)
+        order = order.to(self.train_ds.x.device)  # one copy per epoch, then device-side indexing
+        batches = order.split(self.batch_size)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.model.train()
+        self.method.on_epoch_start(ctx)
+        self._emit("on_epoch_start", epoch, len(batches))
+        acc_dtype = torch.float32 if dev.type == "mps" else torch.float64  # MPS has no float64
+        loss_sum = torch.zeros((), device=dev, dtype=acc_dtype)
+        correct = torch.zeros(K, device=dev, dtype=acc_dtype)
+        seen = torch.zeros(K, device=dev, dtype=acc_dtype)
+        for b, idx in enumerate(batches):
+            x, y, g = _fetch(self.train_ds, idx, dev)
+            if cfg.augment == "crop-flip":
+                x = random_crop_flip(x, cfg.crop_padding, aug_gen)
+            if cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with self._autocast():
+                loss = self.method.loss(self.model, x, y, g, ctx)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            if self.ema is not None:
+                self.ema.update_parameters(self.raw_model)
+            self.step += 1
+            ctx.step = self.step
+            loss_sum += loss.detach().to(acc_dtype) * len(y)
+            logits, yl = ctx.take_record()
+            if logits is not None:
+                correct += torch.bincount(yl, weights=(logits.argmax(1) == yl).to(acc_dtype), minlength=K)
+                seen += torch.bincount(yl, minlength=K).to(acc_dtype)
+            self._emit("on_batch", epoch, b, len(batches))
+        n = torch.tensor(float(len(order)), device=dev, dtype=acc_dtype)
+        stats = D.all_reduce_sum(torch.cat([loss_sum[None], n[None], correct, seen]), self.dist).cpu().double()
+        loss_sum, n, correct, seen = stats[0], stats[1], stats[2:2 + K], stats[2 + K:]
+        mean_loss = float(loss_sum / n)
+        if not math.isfinite(mean_loss):
+            raise ConfigError(f"training diverged: the loss is {mean_loss} in epoch {epoch + 1}; lower lr, "
+                              "add warmup_epochs or use precision fp32")
+        ctx.train_class_acc = torch.where(seen > 0, correct / seen.clamp_min(1), torch.nan).float()
+        acc = float(correct.sum() / seen.sum()) if float(seen.sum()) > 0 else None
+        return {"loss": mean_loss, "acc": acc, "n": int(n), "lr": lr}
+
+    def _autocast(self) -> torch.autocast:
+        """Mixed precision per ``cfg.precision`` (a no-op for fp32)."""
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
+
+    @torch.no_grad()
+    def _predict(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return model(x).argmax(1)
+
+    def _validate(self, epoch: int) -> Any:
+        """Clean and robust predictions on the validation split -> GroupReport (all ranks merged)."""
+        from ..metrics import GroupReport
+
+        cfg, dev, ds = self.cfg, self.device, self.val_ds
+        model = self.eval_model
+        model.eval()
+        gen = make_generator(dev, derive_seed(cfg.seed, "val", epoch, self.dist.rank))
+        bs = cfg.val_batch_size or cfg.batch_size
+        nb = math.ceil(len(ds) / bs)
+        self._emit("on_val_start", epoch, nb)
+        ys, gs, cps, aps = [], [], [], []
+        for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
+            if cfg.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            clean = self._predict(model, x)
+            if self.val_attack is not None and cfg.eps > 0:
+                with self._autocast():
+                    x_adv = self.val_attack(model, x, y, cfg.eps, generator=gen, early_exit=True)
+                adv = self._predict(model, x_adv)
+            else:
+                adv = clean
+            ys.append(y), gs.append(g), cps.append(clean), aps.append(adv)
+            self._emit("on_val_batch", epoch, b, nb)
+        y, g, clean, adv = (D.gather_cat(torch.cat(t).cpu(), self.dist) for t in (ys, gs, cps, aps))
+        has_groups = ds.g is not None
+        return GroupReport.from_outcomes(y=y, clean_pred=clean, adv_pred=adv, groups=g if has_groups else None,
+                                         class_names=ds.classes, group_names=ds.group_names if has_groups else None,
+                                         attack=cfg.val_attack, eps=cfg.eps)
+
+    def _record(self, epoch: int, train: dict[str, Any], report: Any, times: dict[str, float]) -> dict[str, Any]:
+        """One metrics.jsonl line; also updates the best-epoch bookkeeping."""
+        val = None
+        summary = None
+        if report is not None:
+            summary = val_summary(report)
+            frame = report.by_group
+            per_group = {str(name): {"n": int(row["n"]), **{r: row[r] for r in _RATES}}
+                         for name, row in frame.iterrows()}
+            agg = report.aggregates()
+            val = {"summary": summary, "per_group": per_group,
+                   "aggregates": {r: {k: agg[r][k] for k in _AGG_KEYS} for r in _RATES}}
+            if not report.groups_are_classes:
+                val["per_class"] = {str(name): {"n": int(row["n"]), **{r: row[r] for r in _RATES}}
+                                    for name, row in report.by_class.iterrows()}
+        score = selection_score(summary, self.cfg.select)
+        if self.cfg.select == "last":
+            is_best = True
+        else:
+            is_best = score is not None and (self.best_score is None or score > self.best_score)
+        if is_best:
+            self.best_epoch, self.best_score = epoch + 1, score
+        return _json_clean({
+            "epoch": epoch + 1,
+            "step": self.step,
+            "lr": train.pop("lr"),
+            "train": train,
+            "val": val,
+            "select": {"criterion": self.cfg.select, "score": score, "is_best": is_best,
+                       "best_epoch": self.best_epoch},
+            "method": self.method.epoch_state(),
+            "time": times,
+        })

@@ -1,0 +1,63 @@
+import pytest
+
+from robfair.errors import ConfigError
+from robfair.training import TrainConfig, load_config
+
+
+def test_unknown_key_is_rejected_by_name():
+    with pytest.raises(ConfigError, match=r"unknown config key 'lrr'.*did you mean 'lr'"):
+        TrainConfig(lrr=0.1)
+
+
+@pytest.mark.parametrize("kw, key", [
+    (dict(lr=0), "lr"), (dict(lr=-1), "lr"), (dict(eps="-8/255"), "eps"), (dict(eps="eight"), "eps"),
+    (dict(epochs=0), "epochs"), (dict(optimizer="rmsprop"), "optimizer"), (dict(val_per_class=1.5), "val_per_class"),
+    (dict(val_per_class=-3), "val_per_class"), (dict(ema=1.0), "ema"), (dict(precision="fp8"), "precision"),
+])
+def test_bad_values_name_the_key(kw, key):
+    with pytest.raises(ConfigError, match=f"'{key}'") as e:
+        TrainConfig(**kw)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_method_and_options():
+    with pytest.raises(ConfigError, match="unknown method 'frll'"):
+        TrainConfig(method="frll")
+    with pytest.raises(ConfigError, match="method 'trades' has no option 'betta'; valid options: beta"):
+        TrainConfig(method="trades", method_options={"betta": 1})
+    with pytest.raises(ConfigError, match="option 'beta'"):
+        TrainConfig(method="trades", method_options={"beta": -1})
+
+
+def test_cross_field_checks():
+    with pytest.raises(ConfigError, match="milestones"):
+        TrainConfig(epochs=10, milestones=[12])
+    with pytest.raises(ConfigError, match="warmup_epochs"):
+        TrainConfig(epochs=2, warmup_epochs=2)
+    with pytest.raises(ConfigError, match="needs a validation split"):
+        TrainConfig(val_per_class=0)
+    TrainConfig(val_per_class=0, select="last")  # fine
+
+
+def test_resolution_and_eps_parsing():
+    c = TrainConfig(method="AT", eps="8/255", val_per_class=300)
+    assert c.method == "pgd-at" and c.attack == "pgd10"
+    assert c.eps == pytest.approx(8 / 255) and c.val_per_class == 300 and isinstance(c.val_per_class, int)
+    t = TrainConfig(method="trades")
+    assert t.method_options == {"beta": 6.0} and t.attack == "trades-kl"
+    assert TrainConfig().attack is None  # standard training attacks nothing
+    assert TrainConfig(epochs=8).resolved_milestones() == [4.0, 6.0]
+
+
+def test_yaml_round_trip_with_run_info(tmp_path):
+    c = TrainConfig(method="trades", method_options={"beta": 1}, eps=0.1, epochs=3, milestones=[2])
+    p = tmp_path / "config.yaml"
+    p.write_text(c.to_yaml(run_info={"git_commit": None, "versions": {"torch": "x"}}))
+    back = load_config(p)
+    assert back == c and back.differences(c) == []
+    assert load_config(tmp_path, epochs=5).epochs == 5  # a run folder works too; overrides win
+    p.write_text("lr: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
