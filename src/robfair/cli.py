@@ -26,7 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="robfair: find, explain and fix unequal adversarial robustness (per class, per group).",
 )
-console = Console()
+console = Console(width=None if Console().is_terminal else 150)
 err_console = Console(stderr=True)
 
 

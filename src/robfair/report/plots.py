@@ -34,7 +34,7 @@ def classwise_bars(reports: Mapping[str, "object"], path: str | Path, *, title: 
         w = 0.38
         for off, col, color, name in ((-w / 2, "clean_acc", "#8fb3d9", "clean"), (w / 2, "rob_acc", "#c0392b", "robust")):
             val = df[col].to_numpy()
-            err = np.vstack([val - df[f"{col}_lo"].to_numpy(), df[f"{col}_hi"].to_numpy() - val])
+            err = np.clip(np.vstack([val - df[f"{col}_lo"].to_numpy(), df[f"{col}_hi"].to_numpy() - val]), 0, None)
             ax.bar(idx + off, val, w, yerr=err, color=color, label=name, capsize=2, error_kw={"lw": 0.8})
         worst = int(np.argmin(df["rob_acc"].to_numpy()))
         ax.annotate("worst", (worst + w / 2, df["rob_acc"].iloc[worst]), xytext=(0, 12), textcoords="offset points",
