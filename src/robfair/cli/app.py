@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .errors import RobfairError
-from .utils import parse_eps, tune_allocator
+from ..errors import RobfairError
+from ..utils import parse_eps, tune_allocator
 
 app = typer.Typer(
     add_completion=False,
@@ -85,10 +85,10 @@ def audit(
     plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here."),
 ) -> None:
     """Audit a checkpoint: per-class (per-group) clean and robust accuracy with intervals."""
-    from .audit import audit as run_audit
-    from .data import load_dataset
-    from .models import load_checkpoint
-    from .report.text import print_audit
+    from ..audit import audit as run_audit
+    from ..data import load_dataset
+    from ..models import load_checkpoint
+    from ..report.text import print_audit
 
     out_path = _json_out(out)
     net, meta = load_checkpoint(model)
@@ -101,12 +101,12 @@ def audit(
     rep.meta["checkpoint"] = str(model)
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     if out_path is not None:
-        from .utils import write_json
+        from ..utils import write_json
 
         write_json(out_path, rep.to_json())
         console.print(f"wrote {out_path}")
     if plot is not None:
-        from .report.plots import classwise_bars
+        from ..report.plots import classwise_bars
 
         classwise_bars({model.stem: rep}, plot)
         console.print(f"wrote {plot}")
@@ -148,8 +148,8 @@ def demo(
     device: str = typer.Option("auto"),
 ) -> None:
     """Train a standard and a PGD-AT model on digits, audit both, show the class-wise gap."""
-    from .demo import run_demo
-    from .report.text import print_demo
+    from ..demo import run_demo
+    from ..report.text import print_demo
 
     eps_value = parse_eps(eps)
     with _progress() as p:
@@ -161,7 +161,7 @@ def demo(
 @app.command()
 def datasets() -> None:
     """List the datasets robfair reads, and where it looks for them."""
-    from .data import describe_datasets
+    from ..data import describe_datasets
 
     _print_rows("datasets  (--data NAME[:PATH])", describe_datasets())
 
@@ -169,7 +169,7 @@ def datasets() -> None:
 @app.command()
 def models() -> None:
     """List the model architectures."""
-    from .models import describe_models
+    from ..models import describe_models
 
     _print_rows("models", describe_models())
 
@@ -177,7 +177,7 @@ def models() -> None:
 @app.command()
 def attacks() -> None:
     """List the attacks and the name forms they accept."""
-    from .attacks import describe_attacks
+    from ..attacks import describe_attacks
 
     _print_rows("attacks  (--attack NAME)", describe_attacks())
 
@@ -197,29 +197,3 @@ def _print_rows(title: str, rows) -> None:
     console.print(table)
 
 
-# ---------------------------------------------------------------------------------------------
-def main(argv: Optional[list[str]] = None) -> None:
-    """Console entry point: tune the allocator, run the command, turn user errors into exit code 2."""
-    tune_allocator()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        rv = app(args=argv, standalone_mode=False, prog_name="robfair")
-    except RobfairError as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except click.exceptions.UsageError as e:
-        msg = e.format_message().replace("\n", " ")
-        hint = f" (see `robfair {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "robfair" else " (see `robfair --help`)"
-        err_console.print(f"[red]error:[/red] {msg}{hint}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

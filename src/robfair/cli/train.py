@@ -1,0 +1,112 @@
+"""``robfair train``: one training run from a YAML config and/or flags, into a run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+import yaml
+
+from ..errors import ConfigError
+from .app import _Bars, _progress, app, console
+
+
+def _kv(items: list[str], what: str) -> dict[str, Any]:
+    """``["beta=6", "tau=0.05"]`` -> ``{"beta": 6, "tau": 0.05}`` (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{what} {item!r} is not KEY=VALUE; write e.g. {what} beta=6")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError:
+            raise ConfigError(f"{what} {item!r}: cannot read the value; quote it or write a plain number/word") from None
+    return out
+
+
+class _TrainBars:
+    """Trainer callback -> rich bars (epochs, train batches, validation batches)."""
+
+    def __init__(self, bars: _Bars) -> None:
+        self.bars = bars
+        self.epochs = 0
+
+    def on_train_start(self, trainer: Any) -> None:
+        self.epochs = trainer.cfg.epochs
+        self.bars("epochs", getattr(trainer, "start_epoch", 0), self.epochs)
+
+    def on_batch(self, epoch: int, batch: int, num_batches: int) -> None:
+        self.bars(f"epoch {epoch + 1} train", batch + 1, num_batches)
+
+    def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None:
+        self.bars(f"epoch {epoch + 1} validation", batch + 1, num_batches)
+
+    def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
+        self.bars("epochs", epoch + 1, self.epochs)
+        val = (record.get("val") or {}).get("summary") or {}
+        if val:
+            console.print(
+                f"epoch {epoch + 1:>3}: loss {record.get('train_loss', float('nan')):.4f}  "
+                f"val clean {100 * val.get('clean_acc', float('nan')):.1f}%  robust {100 * val.get('rob_acc', float('nan')):.1f}%  "
+                f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({val.get('worst_group', '-')})",
+                highlight=False,
+            )
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it."),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help="NAME[:PATH]; the train split is used."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (robfair models)."),
+    method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, ... (robfair methods)."),
+    eps: Optional[str] = typer.Option(None, help="Training radius, e.g. 8/255 or 0.1."),
+    epochs: Optional[int] = typer.Option(None, min=1),
+    batch_size: Optional[int] = typer.Option(None, min=1),
+    lr: Optional[float] = typer.Option(None),
+    seed: Optional[int] = typer.Option(None),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1."),
+    precision: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 autocast."),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last"),
+    init: Optional[str] = typer.Option(None, help="Checkpoint to fine-tune from (same architecture and classes)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder."),
+    resume: bool = typer.Option(False, help="Continue a killed run in --out (its config must be unchanged)."),
+    opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6."),
+    set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300."),
+    audit_attack: List[str] = typer.Option(["pgd20"], "--audit-attack", help="Attacks of the final test audit (repeat); 'none' to skip."),
+) -> None:
+    """Train a model (standard, PGD-AT, TRADES, fair methods) and audit the selected checkpoint on the test split."""
+    from ..training import load_config
+    from ..training import train as run_training
+
+    overrides: dict[str, Any] = dict(data=data, model=model, method=method, eps=eps, epochs=epochs, batch_size=batch_size,
+                                     lr=lr, seed=seed, device=device, precision=precision, channels_last=channels_last,
+                                     init=init, out=str(out) if out is not None else None, resume=resume or None)
+    overrides.update(_kv(set_, "--set"))
+    if opt:
+        base = load_config(config, **{k: v for k, v in overrides.items() if k == "method"})
+        overrides["method_options"] = {**base.method_options, **_kv(opt, "--opt")}
+    cfg = load_config(config, **overrides)
+    if cfg.out is None:
+        raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")
+
+    final_audit = None
+    attacks = [a for a in audit_attack if a.lower() != "none"]
+    if attacks:
+        from ..attacks import get_attack
+        from ..audit import audit
+
+        for a in attacks:  # fail on a bad name now, not after hours of training
+            get_attack(a)
+
+        def final_audit(m, test):  # noqa: F811
+            return audit(m, test, attacks=attacks, eps=cfg.eps, seed=cfg.seed, device=cfg.device)
+
+    with _progress() as p:
+        result = run_training(cfg, callbacks=[_TrainBars(_Bars(p))], final_audit=final_audit)
+    console.print(f"best epoch {result.best_epoch} (score {result.best_score}); run folder {result.out}")
+    if result.audit is not None:
+        from ..report.text import print_audit
+
+        print_audit(console, result.audit, title=f"test audit of {result.best_path}, eps={cfg.eps:g}")
