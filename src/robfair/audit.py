@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -363,3 +365,14 @@ def _autocast(dev: torch.device, precision: str):
     if dtype is None:
         raise RobfairError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
     return torch.autocast(device_type=dev.type, dtype=dtype)
+
+
+class _CallableModule(types.ModuleType):
+    """``robfair.audit`` is both this module and the function: importing the submodule makes the
+    package attribute the module, so the module itself forwards calls to :func:`audit`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> AuditReport:
+        return audit(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
