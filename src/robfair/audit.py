@@ -80,12 +80,7 @@ class AuditReport:
     # -- export -------------------------------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:
         """One row per (attack, group): n, clean/robust accuracy, std/bndy/rob error with intervals."""
-        frames = []
-        for name, rep in self.reports.items():
-            f = rep.to_frame().copy()
-            f.insert(0, "attack", name)
-            frames.append(f)
-        return pd.concat(frames)
+        return pd.concat([rep.to_frame() for rep in self.reports.values()])
 
     def to_json(self) -> dict:
         return {

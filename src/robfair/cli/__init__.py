@@ -11,7 +11,10 @@ import logging
 import sys
 from typing import Optional
 
-import click
+try:  # typer >= 0.20 bundles its own click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc
 
 from ..errors import RobfairError
 from ..utils import tune_allocator
@@ -32,12 +35,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     except RobfairError as e:
         err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.UsageError as e:
+    except click_exc.UsageError as e:
         msg = e.format_message().replace("\n", " ")
         hint = f" (see `robfair {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "robfair" else " (see `robfair --help`)"
         err_console.print(f"[red]error:[/red] {msg}{hint}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except click_exc.Abort:
         err_console.print("aborted")
         sys.exit(130)
     except KeyboardInterrupt:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -130,6 +129,9 @@ def _checkpoint_eps(meta: dict) -> float:
 
 
 def _check_classes(meta: dict, ds) -> None:
+    from ..models import check_model_data
+
+    check_model_data(meta, ds.in_shape, ds.num_classes)
     classes = meta.get("classes")
     if classes is not None and len(classes) != ds.num_classes:
         raise RobfairError(
