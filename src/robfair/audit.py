@@ -82,12 +82,14 @@ class AuditReport:
         """One row per (attack, group): n, clean/robust accuracy, std/bndy/rob error with intervals."""
         return pd.concat([rep.to_frame() for rep in self.reports.values()])
 
-    def to_json(self) -> dict:
+    def to_json(self, bootstrap: int = 1000, seed: int = 0) -> dict:
+        """Plain JSON (schema ``robfair.audit/1``, see docs/audit-json.md). ``bootstrap`` resamples give
+        intervals for worst and gap in each report (0: none); :meth:`from_json` needs only the counts."""
         return {
             "schema": SCHEMA,
             "meta": self.meta,
             "warnings": list(self.warnings),
-            "reports": {name: rep.to_json() for name, rep in self.reports.items()},
+            "reports": {name: rep.to_json(bootstrap=bootstrap, seed=seed) for name, rep in self.reports.items()},
         }
 
     @classmethod

@@ -102,7 +102,7 @@ def audit(
     if out_path is not None:
         from ..utils import write_json
 
-        write_json(out_path, rep.to_json())
+        write_json(out_path, rep.to_json(bootstrap=bootstrap))
         console.print(f"wrote {out_path}")
     if plot is not None:
         from ..report.plots import classwise_bars
