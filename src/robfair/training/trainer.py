@@ -313,6 +313,8 @@ class Trainer:
                                 class_names=self.class_names, eps=cfg.eps, attack=self.train_attack,
                                 epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size)
         self.method.ctx = self.ctx
+        # per-class training counts, for methods that need the class prior (long-tail losses, re-sampling)
+        self.ctx.extra["train_counts"] = torch.bincount(train.y.cpu(), minlength=self.num_classes)
         self.epoch = 0  # completed epochs
         self.step = 0
         self.best_epoch: int | None = None
@@ -349,7 +351,14 @@ class Trainer:
 
     @property
     def eval_model(self) -> nn.Module:
-        """The model validated and saved as best: the EMA weights when enabled."""
+        """The model selected, saved as best and audited: the method's own model when it supplies one
+        (``Method.eval_model``, e.g. CFA's FAWA average), else the EMA weights when enabled."""
+        own = self.method.eval_model()
+        return own if own is not None else self._trainer_eval_model
+
+    @property
+    def _trainer_eval_model(self) -> nn.Module:
+        """The trainer's own evaluation model: the EMA weights when enabled, else the trained model."""
         return self.ema.module if self.ema is not None else self.raw_model
 
     # ------------------------------------------------------------------ run folder
@@ -472,9 +481,11 @@ class Trainer:
             t0 = time.perf_counter()
             train_stats = self._train_epoch(epoch)
             t1 = time.perf_counter()
-            report = self._validate(epoch) if self.val_ds is not None else None
-            t2 = time.perf_counter()
+            report = self._validate(epoch, self._trainer_eval_model) if self.val_ds is not None else None
             self.method.on_epoch_end(self.ctx, report)
+            if report is not None and self.method.eval_model() is not None:
+                report = self._validate(epoch, self.method.eval_model())  # selection uses the method's model
+            t2 = time.perf_counter()
             self.epoch = epoch + 1
             record = self._record(epoch, train_stats, report, {"train_s": t1 - t0, "val_s": t2 - t1})
             self._save(record, record["select"]["is_best"])
@@ -522,7 +533,12 @@ class Trainer:
         ctx.generator = make_generator(dev, derive_seed(cfg.seed, "attack", epoch, self.dist.rank))
         aug_gen = make_generator(dev, derive_seed(cfg.seed, "augment", epoch, self.dist.rank))
         order_gen = make_generator(torch.device("cpu"), derive_seed(cfg.seed, "order", epoch))
-        order = D.shard(torch.randperm(len(self.train_ds), generator=order_gen), self.dist)
+        # a method may draw the epoch's order itself (class re-sampling): epoch_order(labels, generator)
+        epoch_order = getattr(self.method, "epoch_order", None)
+        perm = epoch_order(self.train_ds.y, order_gen) if epoch_order is not None else None
+        if perm is None:
+            perm = torch.randperm(len(self.train_ds), generator=order_gen)
+        order = D.shard(perm, self.dist)
         order = order.to(self.train_ds.x.device)  # one copy per epoch, then device-side indexing
         batches = order.split(self.batch_size)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -576,12 +592,13 @@ class Trainer:
         with self._autocast():
             return model(x).argmax(1)
 
-    def _validate(self, epoch: int) -> Any:
-        """Clean and robust predictions on the validation split -> GroupReport (all ranks merged)."""
+    def _validate(self, epoch: int, model: nn.Module | None = None) -> Any:
+        """Clean and robust predictions of ``model`` (default: ``eval_model``) on the validation split
+        -> GroupReport (all ranks merged)."""
         from ..metrics import GroupReport
 
         cfg, dev, ds = self.cfg, self.device, self.val_ds
-        model = self.eval_model
+        model = model if model is not None else self.eval_model
         model.eval()
         gen = make_generator(dev, derive_seed(cfg.seed, "val", epoch, self.dist.rank))
         bs = cfg.val_batch_size or cfg.batch_size

@@ -142,6 +142,13 @@ class Method:
     def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
         """Called after validation with the validation ``GroupReport`` (None without a split)."""
 
+    def eval_model(self) -> torch.nn.Module | None:
+        """A model of the method's own that replaces the trained one for validation-based selection,
+        ``best.pt`` and the final audit (CFA's fairness-gated weight average), or None (default): the
+        trainer's model (its EMA when ``cfg.ema``). ``on_epoch_end`` always sees the report of the
+        trainer's model; when this returns a model, the trainer validates it too and selects on it."""
+        return None
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume this method exactly (tensors, numbers, lists)."""

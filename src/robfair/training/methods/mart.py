@@ -1,0 +1,57 @@
+"""MART (Wang et al., ICLR 2020): misclassification-aware adversarial training.
+
+With x' from the training attack (PGD-10 on cross-entropy) and p = softmax::
+
+    BCE_i = -log p_y(x'_i) - log(1 - max_{k != y} p_k(x'_i))
+    loss  = mean_i BCE_i + beta * mean_i KL(p(x_i) || p(x'_i)) * (1 - p_y(x_i))        (beta = 6)
+
+as in the official code (its 1.0001 / 1e-12 guards included; the weight ``1 - p_y(x)`` is not
+detached). With ``class_weights`` from a subclass both means become ``sum w[y] . / sum w[y]``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from .base import METHODS, Method, TrainContext
+
+
+def mart_loss(logits_nat: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, beta: float,
+              weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The MART loss of one batch from clean and adversarial logits (float32 even under autocast);
+    ``weights``: optional (N,) per-sample weights (weighted means)."""
+    logits_nat, logits_adv = logits_nat.float(), logits_adv.float()
+    p_adv = torch.softmax(logits_adv, dim=1)
+    p_other = p_adv.masked_fill(F.one_hot(y, p_adv.shape[1]).bool(), -1.0).amax(dim=1)
+    bce = F.cross_entropy(logits_adv, y, reduction="none") - torch.log(1.0001 - p_other + 1e-12)
+    log_p_nat = F.log_softmax(logits_nat, dim=1)
+    p_nat = log_p_nat.exp()
+    kl = (p_nat * (log_p_nat - F.log_softmax(logits_adv, dim=1))).sum(dim=1)
+    reg = kl * (1.0000001 - p_nat.gather(1, y[:, None]).squeeze(1))
+    if weights is None:
+        return bce.mean() + beta * reg.mean()
+    return (weights * bce).sum() / weights.sum() + beta * (weights * reg).sum() / weights.sum()
+
+
+@METHODS.register("mart", help="boosted CE on x' + KL weighted by 1 - p_y(x) (Wang et al. 2020)")
+class MART(Method):
+    """MART; each sample attacked at ``sample_eps(y)``. Records the adversarial logits (training
+    accuracy is robust accuracy)."""
+
+    class Options(Method.Options):
+        beta: float = Field(6.0, ge=0, description="weight of the misclassification-aware KL term")
+
+    name = "mart"
+    default_attack = "pgd10"
+
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
+             ctx: TrainContext) -> torch.Tensor:
+        assert ctx.attack is not None, "mart needs a training attack"
+        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        logits = model(x)
+        logits_adv = model(x_adv)
+        ctx.record(logits_adv, y)
+        w = self.class_weights()
+        return mart_loss(logits, logits_adv, y, self.options.beta, None if w is None else w.to(y.device)[y])

@@ -1,0 +1,138 @@
+"""WAT (Li & Liu, AAAI 2023): worst-class adversarial training with exponential (Hedge) class weights.
+
+After every epoch each class k pays a validation cost ``c_k``; one extra "average" pseudo-class
+pays the cost of the whole validation set. The weights are Hedge's on the cumulative costs,
+scaled as in the official code::
+
+    C <- C + c                         (K + 1 entries; the last is the average pseudo-class)
+    w = K * softmax(eta * C)           (eta = 0.1)
+
+and the next epoch trains TRADES with the per-class weights plus the pseudo-class's weight on the
+whole batch: ``loss = mean_i (w[y_i] + w_avg) * (CE_i + beta * KL_i)`` (the official form;
+``normalize: true`` divides by ``sum_i (w[y_i] + w_avg)`` instead of the batch size).
+
+Reconstruction (options): the official code re-attacks the validation split with the TRADES
+attack and uses the per-class TRADES *surrogate* loss; the trainer's validation report holds
+per-class counts, so the default cost is TRADES' 0-1 risk that the surrogate bounds,
+``cost: trades-01`` = std_err_k + beta * bndy_err_k (under the validation attack), or
+``cost: rob-err`` (robust error). Before the first validation all weights are ``K / (K + 1)``
+(Hedge at C = 0; the official code starts from 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from ...errors import ConfigError
+from .base import METHODS, Method, TrainContext
+
+
+def report_costs(report: Any, cost: str, beta: float) -> tuple[np.ndarray, float]:
+    """Per-class costs (K,) and the whole set's cost of a validation ``GroupReport``; a class with no
+    validation samples gets the whole set's cost (neutral for Hedge)."""
+    frame, overall = report.by_class, report.overall
+
+    def of(src: Any) -> Any:
+        if cost == "rob-err":
+            return src["rob_err"]
+        return src["std_err"] + beta * src["bndy_err"]
+
+    per_class = np.asarray(of(frame), dtype=float)
+    avg = float(of(overall))
+    return np.where(np.isfinite(per_class), per_class, avg), avg
+
+
+@METHODS.register("wat", help="TRADES with Hedge class weights on cumulative validation risk + an average "
+                               "pseudo-class (Li & Liu 2023)")
+class WAT(Method):
+    """WAT; see the module docstring for the rule and the reconstructed choices."""
+
+    class Options(Method.Options):
+        beta: float = Field(6.0, ge=0, description="TRADES beta (training loss and the trades-01 cost)")
+        eta: float = Field(0.1, gt=0, description="Hedge learning rate on the cumulative costs")
+        cost: Literal["trades-01", "rob-err"] = Field("trades-01", description="per-class validation cost")
+        average_class: bool = Field(True, description="add the 'average' pseudo-class (whole-batch term)")
+        normalize: bool = Field(False, description="divide by the summed sample weights instead of the batch size")
+
+    name = "wat"
+    default_attack = "trades-kl"
+
+    def __init__(self, options: Any = None, ctx: TrainContext | None = None):
+        super().__init__(options, ctx)
+        self.cum_cost: torch.Tensor | None = None   # (K [+1],) float64
+        self.last_cost: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ weights
+    def _num_classes(self) -> int:
+        assert self.ctx is not None, "the trainer sets method.ctx before training"
+        return self.ctx.num_classes
+
+    def hedge_weights(self) -> torch.Tensor:
+        """``K * softmax(eta * C)`` over the K classes (and the pseudo-class, last), float64 on the CPU."""
+        K = self._num_classes()
+        n = K + 1 if self.options.average_class else K
+        c = self.cum_cost if self.cum_cost is not None else torch.zeros(n, dtype=torch.float64)
+        return K * torch.softmax(self.options.eta * c, dim=0)
+
+    def class_weights(self) -> torch.Tensor:
+        """Each class's weight on its samples' TRADES loss: ``w_k`` plus the pseudo-class's ``w_avg``."""
+        w = self.hedge_weights()
+        K = self._num_classes()
+        s = w[:K] + (w[K] if self.options.average_class else 0.0)
+        assert self.ctx is not None
+        return s.float().to(self.ctx.device)
+
+    # ------------------------------------------------------------------ the batch loss
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
+             ctx: TrainContext) -> torch.Tensor:
+        assert ctx.attack is not None, "wat needs a training attack"
+        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        logits = model(x)
+        logits_adv = model(x_adv)
+        ctx.record(logits_adv, y)
+        ce = F.cross_entropy(logits, y, reduction="none")
+        log_p_nat = F.log_softmax(logits.float(), dim=1)
+        kl = (log_p_nat.exp() * (log_p_nat - F.log_softmax(logits_adv.float(), dim=1))).sum(dim=1)
+        s = self.class_weights().to(y.device)[y]
+        per_sample = s * (ce + self.options.beta * kl)
+        return per_sample.sum() / s.sum() if self.options.normalize else per_sample.mean()
+
+    # ------------------------------------------------------------------ epoch hooks
+    def on_train_start(self, ctx: TrainContext) -> None:
+        if not ctx.cfg.val_per_class:
+            raise ConfigError("wat weighs classes by their validation risk but val_per_class is 0; set "
+                              "val_per_class (e.g. 0.1)")
+
+    def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
+        if val_report is None:
+            raise ConfigError("wat needs a validation report each epoch; pass a validation set")
+        self.update(val_report)
+
+    def update(self, report: Any) -> None:
+        """Add one validation report's costs to the cumulative costs (one Hedge round)."""
+        per_class, avg = report_costs(report, self.options.cost, self.options.beta)
+        c = torch.as_tensor(per_class, dtype=torch.float64)
+        if self.options.average_class:
+            c = torch.cat([c, torch.tensor([avg], dtype=torch.float64)])
+        self.last_cost = c
+        self.cum_cost = c.clone() if self.cum_cost is None else self.cum_cost + c
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"cum_cost": self.cum_cost, "last_cost": self.last_cost}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cum_cost, self.last_cost = state["cum_cost"], state["last_cost"]
+
+    def epoch_state(self) -> dict[str, Any]:
+        out = super().epoch_state()
+        out["hedge_weights"] = [float(v) for v in self.hedge_weights()]  # last entry: the average pseudo-class
+        if self.last_cost is not None:
+            out["val_cost"] = [float(v) for v in self.last_cost]
+            out["cum_cost"] = [float(v) for v in self.cum_cost]  # type: ignore[union-attr]
+        return out
