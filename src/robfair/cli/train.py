@@ -48,7 +48,7 @@ class _TrainBars:
         val = (record.get("val") or {}).get("summary") or {}
         if val:
             console.print(
-                f"epoch {epoch + 1:>3}: loss {record.get('train_loss', float('nan')):.4f}  "
+                f"epoch {epoch + 1:>3}: loss {(record.get('train') or {}).get('loss', float('nan')):.4f}  "
                 f"val clean {100 * val.get('clean_acc', float('nan')):.1f}%  robust {100 * val.get('rob_acc', float('nan')):.1f}%  "
                 f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({val.get('worst_group', '-')})",
                 highlight=False,
@@ -75,6 +75,13 @@ def train(
     opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6."),
     set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300."),
     audit_attack: List[str] = typer.Option(["pgd20"], "--audit-attack", help="Attacks of the final test audit (repeat); 'none' to skip."),
+    groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute of the data (utkface race/gender/age, "
+                                         "celeba an attribute, imagefolder a groups.csv column); stored in the data spec."),
+    fairness: Optional[str] = typer.Option(None, "--fairness", help="fair methods: accuracy-parity, loss-parity or "
+                                           "equal-opportunity (same as --opt fairness=...)."),
+    lam: Optional[float] = typer.Option(None, "--lam", help="fair methods: penalty weight lambda (--opt lam=...)."),
+    dual_step: Optional[float] = typer.Option(None, "--dual-step", help="fair methods: dual ascent step per epoch; "
+                                              "0 keeps lambda fixed (--opt dual_step=...)."),
 ) -> None:
     """Train a model (standard, PGD-AT, TRADES, fair methods) and audit the selected checkpoint on the test split."""
     from ..training import load_config
@@ -84,9 +91,15 @@ def train(
                                      lr=lr, seed=seed, device=device, precision=precision, channels_last=channels_last,
                                      init=init, out=str(out) if out is not None else None, resume=resume or None)
     overrides.update(_kv(set_, "--set"))
-    if opt:
+    flags = {k: v for k, v in (("fairness", fairness), ("lam", lam), ("dual_step", dual_step)) if v is not None}
+    if groups is not None:
+        from ..data import with_options
+
+        base_data = overrides.get("data") or load_config(config, method=method).data
+        overrides["data"] = with_options(base_data, groups=groups)
+    if opt or flags:
         base = load_config(config, **{k: v for k, v in overrides.items() if k == "method"})
-        overrides["method_options"] = {**base.method_options, **_kv(opt, "--opt")}
+        overrides["method_options"] = {**base.method_options, **_kv(opt, "--opt"), **flags}
     cfg = load_config(config, **overrides)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")
