@@ -402,9 +402,25 @@ def trades_init(tmp_path_factory, digits):
     return out / "checkpoints" / "best.pt"
 
 
-def frl_cfg(init, out, **kw):
-    return TrainConfig(**TINY, method="frl-rwrm", method_options={"beta": 1.0, "alpha1": 0.2}, init=str(init),
-                       epochs=2, lr=0.01, out=str(out), **kw)
+def frl_cfg(init, out, initial_step=False, **kw):
+    kw = {"epochs": 2, **kw}
+    return TrainConfig(**TINY, method="frl-rwrm", method_options={"beta": 1.0, "alpha1": 0.2, "initial_step": initial_step},
+                       init=str(init), lr=0.01, out=str(out), **kw)
+
+
+def test_frl_initial_step_uses_the_initial_models_errors(trades_init, tmp_path, digits):
+    """Official order when fine-tuning: validate the initial model, take a dual step, then train epoch 1
+    (without it, epoch 1 trains with uniform weights)."""
+    on = train(frl_cfg(trades_init, tmp_path / "on", initial_step=True, epochs=1), train_data=digits)
+    off = train(frl_cfg(trades_init, tmp_path / "off", initial_step=False, epochs=1), train_data=digits)
+    rec_on = json.loads((tmp_path / "on" / "metrics.jsonl").read_text().splitlines()[0])
+    rec_off = json.loads((tmp_path / "off" / "metrics.jsonl").read_text().splitlines()[0])
+    assert rec_on["method"]["dual_steps"] == 2 and rec_off["method"]["dual_steps"] == 1
+    # epoch 1 was trained with different (non-uniform) weights and margins
+    assert any(not torch.equal(a, b) for a, b in zip(on.model.state_dict().values(), off.model.state_dict().values()))
+    # a method constructed by hand: the initial step moves the multipliers of violating classes
+    m = train(frl_cfg(trades_init, tmp_path / "m", initial_step=True, epochs=1), train_data=digits)
+    assert m.history[0]["method"]["lambda_nat"] == rec_on["method"]["lambda_nat"]
 
 
 def test_frl_rwrm_fine_tunes_and_logs_its_state(trades_init, tmp_path, digits):

@@ -52,7 +52,7 @@ from .methods import Method, TrainContext, build_method
 log = logging.getLogger(__name__)
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_SEED_TAGS = {"order": 1, "augment": 2, "attack": 3, "val": 4}
+_SEED_TAGS = {"order": 1, "augment": 2, "attack": 3, "val": 4, "val-initial": 5}
 #: statistics of each rate kept in metrics.jsonl (GroupReport.aggregates has more)
 _AGG_KEYS = ("avg", "class_mean", "worst", "best", "gap", "sd", "tail_k", "worst_group")
 _RATES = ("clean_acc", "rob_acc", "std_err", "bndy_err", "rob_err")
@@ -477,6 +477,9 @@ class Trainer:
         if self._resume_rng is not None:
             set_rng_state(self._resume_rng)
         self._emit("on_train_start", self)
+        if self.epoch == 0 and self.val_ds is not None and self.method.initial_validation:
+            # e.g. FRL fine-tuning: the first dual step uses the initial model's validation errors
+            self.method.on_initial_validation(self.ctx, self._validate(0, self._trainer_eval_model, initial=True))
         for epoch in range(self.epoch, cfg.epochs):
             t0 = time.perf_counter()
             train_stats = self._train_epoch(epoch)
@@ -592,7 +595,7 @@ class Trainer:
         with self._autocast():
             return model(x).argmax(1)
 
-    def _validate(self, epoch: int, model: nn.Module | None = None) -> Any:
+    def _validate(self, epoch: int, model: nn.Module | None = None, initial: bool = False) -> Any:
         """Clean and robust predictions of ``model`` (default: ``eval_model``) on the validation split
         -> GroupReport (all ranks merged)."""
         from ..metrics import GroupReport
@@ -600,7 +603,7 @@ class Trainer:
         cfg, dev, ds = self.cfg, self.device, self.val_ds
         model = model if model is not None else self.eval_model
         model.eval()
-        gen = make_generator(dev, derive_seed(cfg.seed, "val", epoch, self.dist.rank))
+        gen = make_generator(dev, derive_seed(cfg.seed, "val-initial" if initial else "val", epoch, self.dist.rank))
         bs = cfg.val_batch_size or cfg.batch_size
         nb = math.ceil(len(ds) / bs)
         self._emit("on_val_start", epoch, nb)

@@ -142,6 +142,12 @@ class Method:
     def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
         """Called after validation with the validation ``GroupReport`` (None without a split)."""
 
+    #: set True to have the trainer validate the initial model once before the first epoch
+    initial_validation: bool = False
+
+    def on_initial_validation(self, ctx: TrainContext, val_report: Any) -> None:
+        """Called once before epoch 1 of a fresh run (not on resume) when ``initial_validation`` is True."""
+
     def eval_model(self) -> torch.nn.Module | None:
         """A model of the method's own that replaces the trained one for validation-based selection,
         ``best.pt`` and the final audit (CFA's fairness-gated weight average), or None (default): the

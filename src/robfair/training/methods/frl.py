@@ -110,6 +110,9 @@ class FRL(TRADES):
         bndy_err: Literal["exact", "compat"] = Field(
             "exact", description="exact: P[clean right, adv wrong]; compat: clean acc - adv acc (FRL code)")
         pretrain_epochs: int = Field(0, ge=0, description="plain epochs before the dual loop (0: fine-tune from init)")
+        initial_step: bool = Field(True, description="fine-tuning: take the first dual step on the initial model's "
+                                                     "validation errors before epoch 1 (official order); False: "
+                                                     "epoch 1 trains with uniform weights")
         pretrain_method: Literal["trades", "pgd-at"] = Field("trades", description="what the pre-training runs")
         pretrain_attack: str = Field("pgd10", description="pgd-at pre-training attack")
 
@@ -239,6 +242,13 @@ class FRL(TRADES):
         return s_nat / (s_nat + s_bndy), s_bndy / (s_nat + s_bndy)
 
     # ------------------------------------------------------------------ the dual step
+    @property
+    def initial_validation(self) -> bool:  # type: ignore[override]
+        return self.options.initial_step and self.options.pretrain_epochs == 0
+
+    def on_initial_validation(self, ctx: TrainContext, val_report: Any) -> None:
+        self.update(val_report, frl_epoch=1)
+
     def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
         p = self.options.pretrain_epochs
         if ctx.epoch < p - 1:  # pre-training: the first step follows the last pre-training epoch
