@@ -22,6 +22,7 @@ from .app import app, err_console
 
 # Command modules register themselves on `app` when imported.
 from . import train as _train  # noqa: F401,E402
+from . import theory as _theory  # noqa: F401,E402
 
 __all__ = ["app", "main"]
 

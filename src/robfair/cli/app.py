@@ -82,33 +82,139 @@ def audit(
     bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for worst/gap intervals (0: none)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder)."),
     plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here."),
+    groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute to group by: utkface race/gender/age, "
+                                         "celeba any attribute, imagefolder a groups.csv column, npz g; class: the classes."),
+    eps_sweep: Optional[str] = typer.Option(None, "--eps-sweep", help="START:STOP:N, e.g. 0:16/255:9: robust accuracy "
+                                            "vs eps per group (one pass; Wilson intervals)."),
+    distances: bool = typer.Option(False, "--distances", help="Distance of each sample to the decision boundary, "
+                                   "summarized per group (exact for linear models, else bisection with the first attack)."),
 ) -> None:
     """Audit a checkpoint: per-class (per-group) clean and robust accuracy with intervals."""
     from ..audit import audit as run_audit
     from ..data import load_dataset
     from ..models import load_checkpoint
+    from ..eps_sweep import parse_eps_range
     from ..report.text import print_audit
 
+    sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
     out_path = _json_out(out)
     net, meta = load_checkpoint(model)
     eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
-    ds = load_dataset(data, split=split)
+    ds = load_dataset(data, split=split, groups=groups)
     _check_classes(meta, ds)
     with _progress() as p:
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p))
     rep.meta["checkpoint"] = str(model)
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
+    extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
+                                           batch_size=batch_size, device=device, seed=seed)
     if out_path is not None:
         from ..utils import write_json
 
-        write_json(out_path, rep.to_json(bootstrap=bootstrap))
+        write_json(out_path, {**rep.to_json(bootstrap=bootstrap), **extras})
         console.print(f"wrote {out_path}")
     if plot is not None:
         from ..report.plots import classwise_bars
 
         classwise_bars({model.stem: rep}, plot)
         console.print(f"wrote {plot}")
+
+
+def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: float, sweep_values, distances: bool,
+                                   *, batch_size: int, device: str, seed: int) -> dict:
+    """The audit's group tables (when the groups are not the classes), the eps sweep and the
+    distances; returns their JSON for audit.json."""
+    from ..report.text import group_table
+
+    extras: dict = {}
+    main = rep.main
+    if ds.g is not None:
+        console.print(group_table(main, title=f"per class, {main.attack}", by="class"))
+        console.print(_cell_table(main, title=f"per (group x class) cell, {main.attack}"))
+        console.print(_fairness_line(main))
+    if sweep_values is not None:
+        from ..eps_sweep import eps_sweep as run_sweep
+
+        extras["eps_sweep"] = {}
+        for name in attacks:
+            with _progress() as p:
+                sweep = run_sweep(net, ds, name, sweep_values, batch_size=batch_size, device=device, seed=seed,
+                                  progress=_Bars(p))
+            console.print(_sweep_table(sweep))
+            extras["eps_sweep"][name] = sweep.to_json()
+    if distances:
+        from ..distances import boundary_distances
+
+        eps_max = max(2 * eps_value, max(sweep_values) if sweep_values else 0.0) or 8 / 255
+        with _progress() as p:
+            dist = boundary_distances(net, ds, "auto", attack=attacks[0], eps_max=eps_max, batch_size=batch_size,
+                                      device=device, seed=seed, progress=_Bars(p))
+        console.print(_distance_table(dist))
+        extras["distances"] = dist.to_json()
+    return extras
+
+
+def _cell_table(rep, *, title: str) -> Table:
+    """One row per non-empty (group, class) cell: n, clean and robust accuracy with Wilson intervals."""
+    df = rep.by_cell
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in ("group", "class"):
+        t.add_column(c)
+    for c in ("n", "clean acc % [95% CI]", "robust acc % [95% CI]", "bndy err %"):
+        t.add_column(c, justify="right")
+    pct = lambda v: "-" if v != v else f"{100 * v:.1f}"  # noqa: E731
+    for (g, k), row in df.iterrows():
+        t.add_row(str(g), str(k), str(int(row["n"])),
+                  f"{pct(row['clean_acc'])} [{pct(row['clean_acc_lo'])}, {pct(row['clean_acc_hi'])}]",
+                  f"{pct(row['rob_acc'])} [{pct(row['rob_acc_lo'])}, {pct(row['rob_acc_hi'])}]", pct(row["bndy_err"]))
+    return t
+
+
+def _fairness_line(rep) -> str:
+    """Tran's fairness violations over the groups: accuracy parity (clean, robust), equal opportunity."""
+    agg = rep.aggregates()
+    line = (f"Fairness over groups: accuracy parity max_g |acc_g - acc| clean {100 * agg['clean_acc']['parity']:.1f} pts, "
+            f"robust {100 * agg['rob_acc']['parity']:.1f} pts")
+    if rep.num_classes == 2:
+        eo = rep.equal_opportunity(positive=1)
+        line += (f"; equal opportunity (TPR of '{eo['positive']}') difference clean {100 * eo['clean_difference']:.1f} pts, "
+                 f"robust {100 * eo['robust_difference']:.1f} pts")
+    return line
+
+
+def _sweep_table(sweep) -> Table:
+    """Robust accuracy vs eps: one row per radius, one column per group (Wilson 95% CI), and all."""
+    t = Table(title=f"robust acc % vs eps, {sweep.attack} [95% CI]{' (monotone)' if sweep.monotone else ''}",
+              title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("eps", justify="right")
+    names = list(sweep.reports[0].group_names)
+    for name in names:
+        t.add_column(str(name), justify="right")
+    t.add_column("all", justify="right")
+    pct = lambda v: "-" if v != v else f"{100 * v:.1f}"  # noqa: E731
+    for e, r in zip(sweep.eps, sweep.reports):
+        bg = r.by_group
+        cells = [f"{pct(bg.loc[n, 'rob_acc'])} [{pct(bg.loc[n, 'rob_acc_lo'])}, {pct(bg.loc[n, 'rob_acc_hi'])}]"
+                 for n in names]
+        t.add_row(f"{e:.4g}", *cells, pct(r.overall["rob_acc"]))
+    return t
+
+
+def _distance_table(dist) -> Table:
+    """Per group: distance to the boundary of the correctly classified samples (mean, quantiles)."""
+    how = {"exact": "exact, [0,1] box ignored", "linearized": "linearized"}.get(dist.method) or (
+        f"bisection, {dist.meta.get('attack')} up to eps {dist.meta.get('eps_max'):.4g}")
+    t = Table(title=f"distance to the decision boundary ({dist.norm}, {how}); correctly classified samples",
+              title_justify="left", show_edge=False, pad_edge=False)
+    summ = dist.summary()
+    t.add_column("group")
+    cols = [c for c in summ.columns if c not in ("sd",)]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for name, row in summ.iterrows():
+        t.add_row(str(name), *[str(int(row[c])) if c in ("n", "censored") else f"{row[c]:.4g}" for c in cols])
+    return t
 
 
 def _json_out(out: Optional[Path]) -> Optional[Path]:

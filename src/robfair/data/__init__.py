@@ -6,9 +6,10 @@ Every format reads local files only; nothing is downloaded.
 
 from __future__ import annotations
 
-from . import cifar, digits, idx, imagefolder, npz, svhn  # noqa: F401  (register the loaders)
+from . import celeba, cifar, digits, idx, imagefolder, npz, svhn, utkface  # noqa: F401  (register the loaders)
 from .base import Dataset, stratified_split
-from .registry import DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset
+from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
+                       split_options, with_options)
 
 __all__ = [
     "DATASETS",
@@ -18,5 +19,7 @@ __all__ = [
     "describe_datasets",
     "load_dataset",
     "register_dataset",
+    "split_options",
     "stratified_split",
+    "with_options",
 ]
