@@ -43,6 +43,8 @@ def base_cfg(args, method: str, out: Path, epochs: int, **kw) -> TrainConfig:
                method_options=opts, eps=args.eps, attack=attack, epochs=epochs, batch_size=128,
                optimizer="adam", lr=args.lr, weight_decay=0.0, schedule="cosine", val_per_class=args.val_per_class,
                val_attack="pgd20", select="avg+worst", seed=args.seed, device="cpu", out=str(out))
+    if method == "standard":
+        cfg["select"] = "clean"  # a standard model's robust accuracy is ~0: select it on clean accuracy
     cfg.update(kw)
     return TrainConfig(**cfg)
 
@@ -130,8 +132,12 @@ def main(argv=None) -> int:
     def final_audit(m, data):
         return audit(m, data, attacks=["fgsm", "pgd20"], eps=args.eps, device="cpu", seed=args.seed)
 
-    rows, trades_pre = [], None
+    # Results of earlier invocations in the same --out are kept; methods run now replace theirs.
+    results = args.out / "results.json"
+    rows = json.loads(results.read_text()) if results.exists() else []
+    trades_pre = None
     for method in args.methods.split(","):
+        rows = [r for r in rows if r["method"] != method]
         t = time.perf_counter()
         if method == "frl-rwrm":
             if trades_pre is None:
@@ -141,11 +147,12 @@ def main(argv=None) -> int:
         else:
             cfg = base_cfg(args, method, args.out / method, args.epochs)
         res = train(cfg, final_audit=final_audit, train_data=train_ds, test_data=test_ds)
-        rows.append(row(method, res.audit, time.perf_counter() - t))
-        r = rows[-1]
+        r = row(method, res.audit, time.perf_counter() - t)
+        rows.append(r)
         print(f"{method:<10} clean {100 * r['clean_avg']:.1f}/{100 * r['clean_worst']:.1f}  "
               f"robust {100 * r['rob_avg']:.1f}/{100 * r['rob_worst']:.1f} ({r['worst_class']})  {r['seconds']:.0f}s", flush=True)
-        (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+        rows.sort(key=lambda r: METHODS.index(r["method"]) if r["method"] in METHODS else len(METHODS))
+        results.write_text(json.dumps(rows, indent=1))
     wall = time.perf_counter() - t0
     md = markdown(rows, args, wall, len(train_ds), len(test_ds))
     print(md)
