@@ -26,6 +26,19 @@ def _kv(items: list[str], what: str) -> dict[str, Any]:
     return out
 
 
+def _config_method_options(config: Optional[Path], method: Optional[str]) -> dict[str, Any]:
+    """The config file's ``method_options`` (unvalidated, so a method with required options can get
+    them from --opt) -- dropped when --method switches to another method than the file's."""
+    if config is None:
+        return {}
+    from ..training.config import load_config_dict
+
+    raw = load_config_dict(config)
+    if method is not None and str(raw.get("method", "")).lower() != method.lower():
+        return {}
+    return dict(raw.get("method_options") or {})
+
+
 class _TrainBars:
     """Trainer callback -> rich bars (epochs, train batches, validation batches)."""
 
@@ -97,9 +110,8 @@ def train(
 
         base_data = overrides.get("data") or load_config(config, method=method).data
         overrides["data"] = with_options(base_data, groups=groups)
-    if opt or flags:
-        base = load_config(config, **{k: v for k, v in overrides.items() if k == "method"})
-        overrides["method_options"] = {**base.method_options, **_kv(opt, "--opt"), **flags}
+    if opt or flags or (method is not None and config is not None):
+        overrides["method_options"] = {**_config_method_options(config, method), **_kv(opt, "--opt"), **flags}
     cfg = load_config(config, **overrides)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")

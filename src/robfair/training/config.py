@@ -122,7 +122,7 @@ class TrainConfig(BaseModel):
         self.method_options = method.options.model_dump(mode="json")
         if self.attack is None:
             self.attack = method.default_attack
-        if self.milestones is not None:
+        if self.milestones is not None and self.schedule == "piecewise":
             bad = [m for m in self.milestones if not 0 < m <= self.epochs]
             if bad or list(self.milestones) != sorted(self.milestones):
                 raise ConfigError(f"milestones {self.milestones} must be increasing epochs in (0, {self.epochs}]; "
@@ -172,23 +172,27 @@ def _one_line(e: ValidationError, model: type[BaseModel]) -> str:
     return f"config key '{key}' = {err.get('input')!r} is invalid: {msg}{fix}"
 
 
+def load_config_dict(path: str | Path) -> dict[str, Any]:
+    """The raw mapping of a YAML config file (a run folder's config.yaml works too), not validated."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.yaml"
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML{at}; fix the syntax") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys to values; write 'key: value' lines")
+    data.pop(RUN_INFO_KEY, None)
+    return data
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
     """Read a YAML config (a run folder's config.yaml works too), apply ``overrides``, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if p.is_dir():
-            p = p / "config.yaml"
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
-        except yaml.YAMLError as e:
-            where = getattr(e, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML{at}; fix the syntax") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys to values; write 'key: value' lines")
-        data.pop(RUN_INFO_KEY, None)
+    data: dict[str, Any] = load_config_dict(path) if path is not None else {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig(**data)
