@@ -1,0 +1,32 @@
+"""Adversarial attacks with per-sample epsilon: ``attack(model, x, y, eps) -> x_adv``.
+
+    from robfair.attacks import get_attack
+    attack = get_attack("pgd20")                       # or "pgd20-l2", "pgd50-cw-r5", "autoattack"
+    x_adv = attack(model, x, y, eps=8/255, generator=torch.Generator().manual_seed(0), early_exit=True)
+
+Inputs are in [0, 1] (normalization inside the model); ``eps`` is a float or an (N,) tensor. Attacks
+take input gradients only (no parameter ``.grad``), run the model in eval mode and restore its modes.
+"""
+
+from .autoattack import AutoAttack
+from .base import Attack, as_eps, eval_mode, per_sample_loss, project, random_start
+from .pgd import FGSM, PGD
+from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name
+from .trades import TradesKL
+
+__all__ = [
+    "ATTACKS",
+    "Attack",
+    "AutoAttack",
+    "FGSM",
+    "PGD",
+    "TradesKL",
+    "as_eps",
+    "describe_attacks",
+    "eval_mode",
+    "get_attack",
+    "parse_attack_name",
+    "per_sample_loss",
+    "project",
+    "random_start",
+]

@@ -1,0 +1,152 @@
+"""AutoAttack (Croce & Hein 2020) through its official implementation, never a rewrite.
+
+Install it with ``pip install 'robfair[autoattack]'`` (PyPI ``pyautoattack``, import name
+``pyautoattack``); the GitHub package (``pip install git+https://github.com/fra31/auto-attack``,
+import name ``autoattack``) works too.
+
+What the wrapper adds:
+
+- **Per-sample epsilon.** AutoAttack takes one scalar radius, so samples are grouped by their exact
+  epsilon value and each group is attacked separately (one AutoAttack run per distinct value;
+  samples with ``eps_i = 0`` are returned unchanged). Per-class radii therefore cost one run per class.
+- **Fewer than 10 classes.** The number of APGD-T / FAB-T target classes is capped at ``K - 1``;
+  with fewer than 4 classes (the targeted DLR loss needs 4) the ensemble becomes APGD-CE, FAB and
+  Square, as the authors advise.
+- **Any dtype.** The official code works in float32; a float64 model gets its inputs cast back.
+- **Hygiene.** The model is in eval mode while attacked and its modes are restored; the official FAB
+  calls ``backward()``, so parameter ``.grad`` are saved and put back; AutoAttack reseeds the global
+  RNG, so it runs inside ``torch.random.fork_rng`` and the caller's RNG state is untouched. The seed
+  comes from ``generator`` when one is given (deterministic), else from ``seed``.
+- ``early_exit`` has no effect: AutoAttack always attacks only the points still robust.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import AttackError
+from .base import NORMS, Attack, check_choice, project
+
+log = logging.getLogger(__name__)
+
+MISSING = "autoattack needs the official implementation: pip install 'robfair[autoattack]'"
+VERSIONS = ("standard", "plus", "rand")
+_MODULES = ("pyautoattack", "autoattack")  # PyPI package, then the GitHub one
+
+
+def load_backend() -> Any:
+    """The official ``AutoAttack`` class; ``AttackError`` with the install command when missing."""
+    for mod in _MODULES:
+        try:
+            return importlib.import_module(mod).AutoAttack
+        except ImportError:
+            continue
+        except AttributeError:
+            continue
+    raise AttackError(MISSING)
+
+
+class AutoAttack(Attack):
+    """AutoAttack ensemble (APGD-CE, APGD-T, FAB-T, Square) from the official implementation.
+
+    Args:
+        norm: ``"linf"`` or ``"l2"``.
+        version: ``"standard"`` (default), ``"plus"`` or ``"rand"`` (randomized defenses).
+        attacks: a custom subset, e.g. ``["apgd-ce", "apgd-t"]`` (sets version ``"custom"``).
+        seed: used when no generator is passed to the call.
+        batch_size: AutoAttack's internal batch (default: the whole group at once).
+        precision: ``"bf16"`` / ``"fp16"`` wrap the model's forward in autocast (fp32 logits).
+    """
+
+    family = "autoattack"
+
+    def __init__(self, *, norm: str = "linf", version: str = "standard", attacks: Sequence[str] | None = None,
+                 seed: int = 0, batch_size: int | None = None, precision: str = "fp32",
+                 name: str | None = None) -> None:
+        super().__init__(precision=precision)
+        self.norm = check_choice(norm, NORMS, "norm")
+        self.version = check_choice(version, VERSIONS, "AutoAttack version")
+        self.attacks = list(attacks) if attacks is not None else None
+        self.seed = int(seed)
+        self.batch_size = batch_size
+        self.name = name or "-".join(["autoattack"] + ([self.version] if self.version != "standard" else [])
+                                     + (["l2"] if self.norm == "l2" else []))
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
+                generator: torch.Generator | None, early_exit: bool) -> torch.Tensor:
+        backend = load_backend()
+        if generator is not None:
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+        else:
+            seed = self.seed
+        net = _Adapter(model, self, x.dtype)
+        with torch.no_grad():
+            n_classes = int(self.logits(model, x[:1]).shape[1])
+        out = x.clone()
+        e = eps.reshape(-1)
+        params = [p for p in model.parameters()] if isinstance(model, nn.Module) else []
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        devices = [x.device] if x.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                for value in torch.unique(e).tolist():
+                    if value == 0:
+                        continue
+                    idx = (e == value).nonzero().squeeze(1)
+                    adv = self._run(backend, net, x[idx].float(), y[idx], value, seed, n_classes)
+                    # numerical guard only: the official attacks already stay inside the ball
+                    out[idx] = project(adv.to(x.dtype), x[idx], eps[idx], self.norm)
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+        return out
+
+    def _run(self, backend: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, seed: int,
+             n_classes: int) -> torch.Tensor:
+        attacks, version = self.attacks, self.version
+        if attacks is None and n_classes < 4:
+            attacks = ["apgd-ce", "fab", "square"]
+            log.info("AutoAttack with %d classes: the targeted DLR loss needs 4; running %s", n_classes, attacks)
+        if attacks is not None:
+            version = "custom"
+        if x.dim() != 4 and (attacks is None or "square" in attacks):
+            raise AttackError(f"AutoAttack's Square attack needs image batches (N, C, H, W), got shape {tuple(x.shape)}; "
+                              "reshape the input or pass attacks=[...] without 'square'")
+        norm = {"linf": "Linf", "l2": "L2"}[self.norm]
+        params = inspect.signature(backend).parameters
+        if "attacks_to_run" in params:  # GitHub package
+            aa = backend(model, norm=norm, eps=eps, version=version, seed=seed, verbose=False,
+                         attacks_to_run=list(attacks or []), device=x.device)
+        else:  # PyPI pyautoattack
+            aa = backend(model, norm=norm, eps=eps, version=version, seed=seed, attacks=attacks, device=x.device)
+        for sub in ("apgd_targeted", "fab"):
+            if hasattr(aa, sub):
+                getattr(aa, sub).n_target_classes = max(1, min(getattr(aa, sub).n_target_classes, n_classes - 1))
+        bs = self.batch_size or x.shape[0]
+        if "batch_size" in inspect.signature(aa.run_standard_evaluation).parameters:
+            res = aa.run_standard_evaluation(x, y, batch_size=bs)
+        else:
+            res = aa.run_standard_evaluation(x, y, bs=bs)
+        return (res[0] if isinstance(res, tuple) else res).detach()
+
+
+class _Adapter(nn.Module):
+    """What AutoAttack sees: it feeds float32, the model gets its own dtype (e.g. float64) and runs
+    under the attack's precision; the logits come back as float32."""
+
+    def __init__(self, model: nn.Module, attack: Attack, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.model = model
+        self._attack = attack
+        self._dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._attack.logits(self.model, x.to(self._dtype)).float()

@@ -1,0 +1,236 @@
+"""What every attack shares: input checks, per-sample epsilon, eval mode, precision, losses.
+
+An attack is a callable ``attack(model, x, y, eps, *, generator=None, early_exit=False) -> x_adv``:
+
+- ``x`` is a float batch in [0, 1] (normalization lives inside the model), ``y`` int64 labels
+  (the *targets* for a targeted attack), ``eps`` a float or an (N,) tensor (one radius per sample).
+- ``x_adv`` is detached, in [0, 1], and within each sample's own ball: ``||x_adv_i - x_i|| <= eps_i``.
+- Gradients are taken with ``torch.autograd.grad(loss, x_adv)`` only, never ``loss.backward()``:
+  no parameter ``.grad`` is ever created and parameter flags are never touched (thread-safe, and the
+  weight-gradient half of the backward pass is skipped).
+- The model runs in eval mode while it is attacked; every submodule's training flag is restored
+  afterwards, mixed train/eval models included. A ``DistributedDataParallel`` wrapper is bypassed
+  (its ``.module`` is attacked): input gradients need no gradient sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import AttackError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+LOSSES = ("ce", "cw")
+NORMS = ("linf", "l2")
+
+
+def as_eps(eps: float | int | torch.Tensor, x: torch.Tensor, what: str = "epsilon") -> torch.Tensor:
+    """A radius per sample, shaped ``(N, 1, ..., 1)`` to broadcast against ``x`` (``(N,1,1,1)`` for
+    images), on ``x``'s device and dtype. ``eps`` is a number or an (N,) / scalar tensor.
+
+    Raises ``AttackError`` for a negative, NaN/inf or wrongly shaped epsilon."""
+    n = x.shape[0]
+    shape = (n,) + (1,) * (x.dim() - 1)
+    if isinstance(eps, bool) or not isinstance(eps, (numbers.Real, torch.Tensor)):
+        raise AttackError(f"{what} must be a number or an (N,) tensor, got {type(eps).__name__}; pass e.g. 8/255")
+    if isinstance(eps, torch.Tensor):
+        e = eps.detach().to(device=x.device, dtype=x.dtype)
+    else:  # straight to x's dtype: 0.3 must not pass through float32 on its way to a float64 batch
+        e = torch.tensor(float(eps), device=x.device, dtype=x.dtype)
+    if e.dim() > 1 and e.numel() == n:
+        e = e.reshape(n)
+    if e.dim() == 0:
+        e = e.expand(n)
+    elif e.shape != (n,):
+        raise AttackError(f"{what} has shape {tuple(e.shape)} but the batch has {n} samples; pass a float or an ({n},) tensor")
+    if n and not bool(((e >= 0) & torch.isfinite(e)).all()):  # one device sync for both checks
+        if not bool(torch.isfinite(e).all()):
+            raise AttackError(f"{what} holds NaN or inf; pass finite values such as 8/255")
+        raise AttackError(f"{what} must be >= 0, got min {float(e.min()):g}; pass non-negative values such as 8/255")
+    return e.reshape(shape)
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put every submodule in eval mode; restore each one's own ``training`` flag on exit
+    (exactly, even for a model that mixes train and eval submodules, and on error)."""
+    if not isinstance(model, nn.Module):
+        yield model
+        return
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def _batch_view(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return v.reshape((v.shape[0],) + (1,) * (x.dim() - 1))
+
+
+def per_sample_loss(logits: torch.Tensor, y: torch.Tensor, loss: str = "ce", *, targeted: bool = False,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """The (N,) loss an attack *maximizes*.
+
+    ``ce``: cross-entropy of ``logits / temperature`` (targeted: minus the CE to the target).
+    ``cw``: the margin ``max_{k!=y} z_k - z_y`` (targeted: ``z_t - max_{k!=t} z_k``); it is positive
+    exactly when the attack succeeds."""
+    z = logits / temperature if temperature != 1.0 else logits
+    if loss == "ce":
+        ce = F.cross_entropy(z, y, reduction="none")
+        return -ce if targeted else ce
+    z_y = z.gather(1, y[:, None]).squeeze(1)
+    others = z.scatter(1, y[:, None], float("-inf")).amax(1)
+    return z_y - others if targeted else others - z_y
+
+
+class Attack:
+    """Base class: validates inputs, converts epsilon, enters eval mode and enables gradients, then
+    calls :meth:`perturb`. Subclasses implement ``perturb(model, x, y, eps, *, generator, early_exit)``
+    with ``eps`` already shaped ``(N, 1, ..., 1)``.
+
+    precision: ``"fp32"`` adds no autocast (the model runs at its own dtype; an autocast the caller
+    entered still applies), ``"bf16"`` / ``"fp16"`` run the forward under ``torch.autocast`` on the
+    input's device type (bf16 is the safer choice: fp16 input gradients can underflow); losses are
+    computed in fp32. Success checks use the logits at this precision.
+    """
+
+    name: str = "attack"
+    norm: str = "linf"
+
+    def __init__(self, *, precision: str = "fp32") -> None:
+        self.precision = precision
+
+    # -- configuration -------------------------------------------------------------------------
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        value = str(value).lower()
+        if value not in PRECISIONS:
+            raise AttackError(f"unknown precision '{value}'; choose one of: {', '.join(PRECISIONS)}")
+        self._precision = value
+
+    # -- the call ------------------------------------------------------------------------------
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
+                 generator: torch.Generator | None = None, early_exit: bool = False) -> torch.Tensor:
+        """Return ``x_adv`` (detached, in [0, 1], ``||x_adv_i - x_i|| <= eps_i``)."""
+        x, y = check_inputs(x, y)
+        eps_t = as_eps(eps, x)
+        if x.shape[0] == 0:
+            return x.clone()
+        if torch.is_inference_mode_enabled():
+            raise AttackError("attacks need input gradients; call the attack outside torch.inference_mode()")
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            # input gradients need no gradient sync, and a DDP forward can be a collective (buffer
+            # broadcast): ranks that exit early after different numbers of steps would deadlock
+            model = model.module
+        with eval_mode(model), torch.enable_grad():
+            x_adv = self.perturb(model, x, y, eps_t, generator=generator, early_exit=early_exit)
+        return x_adv.detach()
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
+                generator: torch.Generator | None, early_exit: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- helpers for subclasses ------------------------------------------------------------------
+    def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``model(x)`` under the configured precision; half-precision logits come back as fp32."""
+        if self._precision == "fp32":
+            z = model(x)
+        else:
+            with torch.autocast(device_type=x.device.type, dtype=_AMP_DTYPES[self._precision]):
+                z = model(x)
+        if z.dtype in (torch.float16, torch.bfloat16):
+            z = z.float()
+        return z
+
+    def __repr__(self) -> str:
+        keys = [k for k in vars(self) if not k.startswith("_") and k != "family"] + ["precision"]
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in keys)
+        return f"{type(self).__name__}({args})"
+
+
+def check_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a batch: float ``x`` of shape (N, ...) with values in [0, 1] and (N,) integer ``y``."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2:
+        raise AttackError("x must be a float tensor of shape (N, ...) with pixels in [0, 1]; "
+                          "convert uint8 images with x.float() / 255")
+    if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise AttackError("y must be an int64 tensor of labels (targets for a targeted attack); "
+                          "pass torch.as_tensor(y, dtype=torch.long)")
+    if y.shape != (x.shape[0],):
+        raise AttackError(f"y has shape {tuple(y.shape)} but x holds {x.shape[0]} samples; pass one label per sample")
+    if x.shape[0]:
+        lo, hi = torch.aminmax(x.detach())
+        if not (bool(lo >= 0) and bool(hi <= 1)):
+            raise AttackError(f"x must lie in [0, 1] (got min {float(lo):g}, max {float(hi):g}); "
+                              "feed unnormalized images and normalize inside the model")
+    return x.detach(), y.to(device=x.device, dtype=torch.long)
+
+
+# -- geometry shared by the gradient attacks ----------------------------------------------------------
+def noise(kind: str, shape: tuple[int, ...], x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Uniform [0, 1) or standard normal noise of ``shape`` in ``x``'s dtype, drawn with ``generator``
+    on the generator's own device (so a CPU generator also drives a GPU attack), then moved to ``x``."""
+    dev = generator.device if generator is not None else x.device
+    fn = torch.rand if kind == "uniform" else torch.randn
+    return fn(shape, generator=generator, device=dev, dtype=x.dtype).to(x.device)
+
+
+def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, generator: torch.Generator | None) -> torch.Tensor:
+    """A uniform random point inside each sample's own ball, clamped to [0, 1].
+
+    L-inf: ``x + U(-eps_i, eps_i)`` per coordinate. L2: uniform in the L2 ball of radius ``eps_i``
+    (Gaussian direction, radius ``eps_i * U^(1/d)``). A sample with ``eps_i = 0`` stays exactly ``x_i``."""
+    if norm == "linf":
+        delta = (2 * noise("uniform", x.shape, x, generator) - 1) * eps
+    else:
+        z = noise("normal", x.shape, x, generator)
+        u = noise("uniform", (x.shape[0],), x, generator)
+        r = eps.reshape(-1) * u.pow(1.0 / z[0].numel())
+        delta = z * _batch_view(r / _l2(z).clamp_min(torch.finfo(z.dtype).tiny), x)
+    return (x + delta).clamp_(0, 1)
+
+
+def _l2(t: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(t.flatten(1), dim=1)
+
+
+def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) -> torch.Tensor:
+    """Project ``x_adv`` onto each sample's ball around ``x``, then clamp to [0, 1]."""
+    delta = x_adv - x
+    if norm == "linf":
+        delta = torch.minimum(torch.maximum(delta, -eps), eps)
+    else:
+        n = _batch_view(_l2(delta), x)
+        factor = torch.where(n > eps, eps / n.clamp_min(torch.finfo(n.dtype).tiny), torch.ones_like(n))
+        delta = delta * factor
+    return (x + delta).clamp_(0, 1)
+
+
+def ascent_step(x_adv: torch.Tensor, grad: torch.Tensor, step: torch.Tensor, norm: str) -> torch.Tensor:
+    """One steepest-ascent step: ``step_i * sign(g)`` (L-inf) or ``step_i * g / ||g||_2`` (L2; a
+    zero gradient gives a zero step)."""
+    if norm == "linf":
+        return x_adv + step * grad.sign()
+    n = _batch_view(_l2(grad), grad)
+    return x_adv + step * torch.where(n > 0, grad / n.clamp_min(torch.finfo(n.dtype).tiny), torch.zeros_like(grad))
+
+
+def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    v = str(value).lower()
+    if v not in choices:
+        raise AttackError(f"unknown {what} '{value}'; choose one of: {', '.join(choices)}")
+    return v
