@@ -48,15 +48,17 @@ def main(argv=None) -> int:
     p.add_argument("--st", type=Path, help="checkpoint of a standard model (default: train one)")
     p.add_argument("--at", type=Path, help="checkpoint of a PGD-AT model (default: train one)")
     p.add_argument("--eps", type=float, default=0.1)
+    p.add_argument("--out", type=Path, default=None, help="keep the trained checkpoints in this folder")
     args = p.parse_args(argv)
     tune_allocator()
     torch.manual_seed(0)
     epochs, repeats = (3, 1) if args.quick else (30, 5)
     ds = load_dataset("digits", split="test")
     with tempfile.TemporaryDirectory() as tmp:
+        where = args.out or Path(tmp)
         models = {
-            "standard": load_checkpoint(args.st)[0] if args.st else trained("standard", epochs, Path(tmp), args.eps),
-            "pgd-at": load_checkpoint(args.at)[0] if args.at else trained("pgd-at", epochs, Path(tmp), args.eps),
+            "standard": load_checkpoint(args.st)[0] if args.st else trained("standard", epochs, where, args.eps),
+            "pgd-at": load_checkpoint(args.at)[0] if args.at else trained("pgd-at", epochs, where, args.eps),
         }
     print(f"digits test (n={len(ds)}), PGD-20 L-inf eps={args.eps}, batch 256, CPU threads {torch.get_num_threads()}"
           f"{' [quick]' if args.quick else ''}")
@@ -70,6 +72,18 @@ def main(argv=None) -> int:
         same = r_full["pgd20"].counts == r_early["pgd20"].counts if hasattr(r_full["pgd20"], "counts") else a_full == a_early
         ok &= bool(same)
         print(f"{name:<10} {a_full:>12.4f} {a_early:>13.4f} {str(bool(same)):>5} {t_full:>8.3f} {t_early:>8.3f} {t_full / t_early:>8.2f}x")
+    # bf16 autocast (with channels_last) vs fp32 on the PGD-AT model: speed and robust accuracy
+    t32, r32 = time_audit(models["pgd-at"], ds, args.eps, True, repeats)
+    tbf = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        rbf = robfair.audit(models["pgd-at"], ds, attacks=["pgd20"], eps=args.eps, device="cpu", precision="bf16",
+                            channels_last=True, batch_size=256)
+        tbf.append(time.perf_counter() - t)
+    a32, abf = r32["pgd20"].overall["rob_acc"], rbf["pgd20"].overall["rob_acc"]
+    diff = 100 * (abf - a32)
+    print(f"bf16+channels_last vs fp32 audit (pgd-at, early exit): rob acc {a32:.4f} -> {abf:.4f} ({diff:+.2f} points, "
+          f"{'within' if abs(diff) <= 0.5 else 'NOT within'} 0.5), speed-up {t32 / statistics.median(tbf):.2f}x")
     if not ok:
         print("MISMATCH: early exit changed the outcome", file=sys.stderr)
         return 1
