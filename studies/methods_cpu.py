@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -139,10 +140,16 @@ def main(argv=None) -> int:
     for method in args.methods.split(","):
         rows = [r for r in rows if r["method"] != method]
         t = time.perf_counter()
+        if (args.out / method).exists():
+            shutil.rmtree(args.out / method)  # a rerun of a method replaces its earlier run folder
         if method == "frl-rwrm":
             if trades_pre is None:
-                pre = train(base_cfg(args, "trades", args.out / "trades-pre", args.pre), train_data=train_ds)
-                trades_pre = str(pre.best_path)
+                done = args.out / "trades-pre" / "checkpoints" / "best.pt"
+                if done.exists():  # the same deterministic pre-training run of an earlier invocation
+                    trades_pre = str(done)
+                else:
+                    pre = train(base_cfg(args, "trades", args.out / "trades-pre", args.pre), train_data=train_ds)
+                    trades_pre = str(pre.best_path)
             cfg = base_cfg(args, method, args.out / method, args.epochs - args.pre, init=trades_pre, lr=args.lr / 2)
         else:
             cfg = base_cfg(args, method, args.out / method, args.epochs)
