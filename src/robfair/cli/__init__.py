@@ -16,12 +16,15 @@ try:  # typer >= 0.20 bundles its own click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc
 
+from rich.markup import escape
+
 from ..errors import RobfairError
 from ..utils import tune_allocator
 from .app import app, err_console
 
 # Command modules register themselves on `app` when imported.
 from . import train as _train  # noqa: F401,E402
+from . import study as _study  # noqa: F401,E402
 from . import theory as _theory  # noqa: F401,E402
 
 __all__ = ["app", "main"]
@@ -34,12 +37,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="robfair")
     except RobfairError as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except click_exc.UsageError as e:
         msg = e.format_message().replace("\n", " ")
         hint = f" (see `robfair {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "robfair" else " (see `robfair --help`)"
-        err_console.print(f"[red]error:[/red] {msg}{hint}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(msg)}{escape(hint)}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except click_exc.Abort:
         err_console.print("aborted")

@@ -1,0 +1,200 @@
+"""``robfair sweep``, ``robfair report`` and ``robfair compare``: studies from YAML, one HTML page, run-vs-run tests."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.table import Table as RichTable
+
+from ..errors import ConfigError, RobfairError
+from .app import app, console, err_console
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
+
+
+def _status_table(rows: list[dict[str, Any]], title: str) -> RichTable:
+    t = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in ("run", "status", "attempts", "seconds", "clean avg", "clean worst", "robust avg", "robust worst",
+              "worst class"):
+        t.add_column(c, justify="left" if c in ("run", "status", "worst class") else "right")
+    for r in rows:
+        style = {"failed": "red", "running": "yellow", "pending": "dim"}.get(r["status"])
+        t.add_row(r["id"], r["status"] + (f" ({r['error']})" if r.get("error") and r["status"] == "failed" else ""),
+                  str(r["attempts"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", _pct(r["clean_avg"]),
+                  _pct(r["clean_worst"]), _pct(r["rob_avg"]), _pct(r["rob_worst"]), str(r["worst_class"] or "-"),
+                  style=style)
+    return t
+
+
+def _gpus(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--gpus {text!r} is not a list of GPU ids; write e.g. --gpus 0,1") from None
+
+
+@app.command()
+def sweep(
+    study_file: Path = typer.Argument(..., help="A study YAML (studies/*.yaml)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the study's out, runs/<name>)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Local: runs at a time (default: the study's local.workers)."),
+    backend: str = typer.Option("local", help="local (processes on this machine) or slurm (submitit job array)."),
+    partition: Optional[str] = typer.Option(None, help="Slurm partition (overrides slurm.partition)."),
+    gpus: Optional[str] = typer.Option(None, help="Local: GPU ids for the worker slots, e.g. 0,1."),
+    threads: Optional[int] = typer.Option(None, min=1, help="Local: torch threads per run (default: cores / workers)."),
+    device: Optional[str] = typer.Option(None, help="Device of every run (auto, cpu, cuda); not part of the config hash."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed runs again."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs and their state; run nothing, write nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Slurm: wait for the job array and print the results."),
+    tensorboard: Optional[bool] = typer.Option(None, "--tensorboard/--no-tensorboard", help="TensorBoard scalars per epoch (extra [tensorboard])."),
+    stale_after: float = typer.Option(120.0, help="Seconds without a heartbeat after which a claimed run is taken over."),
+) -> None:
+    """Run a study: expand its grid into runs, skip finished ones, resume interrupted ones, each exactly once."""
+    from ..experiments import load_study
+    from ..experiments import sweep as run_sweep
+
+    study = load_study(study_file)
+    state_names = {"new": "to run", "partial": "to resume", "complete": "done"}
+
+    def on_plan(runs: list[Any]) -> None:
+        counts = {k: sum(r.state == k for r in runs) for k in state_names}
+        out_dir = runs[0].run_dir.parent if runs else study.out_dir
+        console.print(f"study [bold]{study.name}[/bold]: {len(runs)} runs ({counts['complete']} done, "
+                      f"{counts['partial']} to resume, {counts['new']} new) -> {out_dir}", highlight=False)
+        if dry_run:
+            t = RichTable(show_edge=False, pad_edge=False)
+            t.add_column("run")
+            t.add_column("state")
+            t.add_column("method")
+            t.add_column("hash")
+            for r in runs:
+                t.add_row(r.name, state_names[r.state], str(r.spec.train.get("method")), r.spec.hash)
+            console.print(t)
+
+    def on_finish(job: Any, row: Optional[dict[str, Any]], how: str) -> None:
+        if row is None:
+            console.print(f"{how:>11} {job.name}", highlight=False)
+            return
+        extra = ""
+        if row["status"] == "done":
+            extra = (f" clean {_pct(row['clean_avg'])} (worst {_pct(row['clean_worst'])}), robust {_pct(row['rob_avg'])} "
+                     f"(worst {_pct(row['rob_worst'])}, {row['worst_class']})")
+        elif row.get("error"):
+            extra = f": {row['error']}"
+        secs = f" in {row['seconds']:.0f}s" if row.get("seconds") is not None and row["status"] == "done" else ""
+        console.print(f"{how:>11} {job.name}{secs}{extra}", highlight=False)
+
+    result = run_sweep(study, out=out, backend=backend, workers=workers, gpus=_gpus(gpus), threads=threads,
+                       device=device, partition=partition, retry_failed=retry_failed, dry_run=dry_run, wait=wait,
+                       tensorboard=tensorboard, stale_after=stale_after, on_plan=on_plan, on_finish=on_finish)
+    if result.skipped:
+        console.print(f"[yellow]skipping:[/yellow] {result.skipped}", highlight=False)
+        return
+    if dry_run:
+        return
+    if result.submitted and not wait:
+        ids = sorted({str(j.job_id).split("_")[0] for j in result.submitted})
+        console.print(f"submitted {len(result.submitted)} runs as Slurm job array {', '.join(ids)}; re-run this command "
+                      "(it skips finished runs) or `robfair report` when they are done", highlight=False)
+        return
+    console.print(_status_table(result.rows, f"{study.name}: {len(result.done)}/{len(result.rows)} done"))
+    console.print(f"next: robfair report {result.out} --out {result.out}/report.html", highlight=False)
+    if result.failed:
+        names = ", ".join(r["id"] for r in result.failed[:3])
+        err_console.print(f"[red]{len(result.failed)} run(s) failed[/red] ({names}); see their worker.log; "
+                          "fix and re-run with --retry-failed", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    runs_dir: Path = typer.Argument(..., help="A study output folder (or any folder of run folders, or one run)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file; X.md and X_tables/*.csv are written beside it."),
+    title: Optional[str] = typer.Option(None, help="Page title (default: the study name)."),
+    baseline: Optional[str] = typer.Option(None, help="Setting to compute DAFA's rho against (default: the study's report.baseline)."),
+    bootstrap: Optional[int] = typer.Option(None, min=0, help="Bootstrap resamples for worst/gap intervals (default: the study's audit.bootstrap, else 1000)."),
+    skip_incomplete: bool = typer.Option(False, "--skip-incomplete", help="Skip half-written runs with a warning instead of failing."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
+) -> None:
+    """One self-contained HTML page (tables of the FRL / CFA-DAFA / Benz layouts, figures, warnings) + Markdown + CSV."""
+    from ..experiments import load_runs, study_info
+    from ..report.html import write_report
+
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
+    entries, skipped = load_runs(runs_dir, skip_incomplete=skip_incomplete)
+    info = study_info(runs_dir)
+    rep_cfg = info.get("report") or {}
+    n_boot = bootstrap if bootstrap is not None else int((info.get("audit") or {}).get("bootstrap", 1000))
+    paths = write_report(entries, out, title=title or rep_cfg.get("title") or info.get("name") or Path(runs_dir).name,
+                         description=info.get("description", ""), baseline=baseline or rep_cfg.get("baseline"),
+                         n_boot=n_boot, figures=figures, extra_warnings=skipped)
+    for w in skipped:
+        err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    console.print(f"{len(entries)} runs -> wrote {paths.html}, {paths.markdown} and {len(paths.tables)} CSV tables in "
+                  f"{paths.tables[0].parent if paths.tables else '-'}", highlight=False)
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Two or more run folders (or audit.json files); the first is the reference."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the comparison: .md, .csv or .json by suffix."),
+    bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples for the worst-class and gap differences."),
+    alpha: float = typer.Option(0.05, min=0.0, max=1.0, help="Level of the tests."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+) -> None:
+    """Runs side by side: per-class clean/robust accuracy, differences with intervals, and which are beyond the noise."""
+    from ..experiments import compare as run_compare
+    from ..experiments import load_report
+    from ..report.tables import to_markdown
+    from ..utils import atomic_path, write_json
+
+    if len(runs) < 2:
+        raise ConfigError("compare needs at least two runs; pass e.g. runs/frl/trades runs/frl/frl-rwrm")
+    if out is not None and out.suffix.lower() not in (".md", ".csv", ".json"):
+        raise ConfigError(f"--out {out} must end in .md, .csv or .json")
+    loaded: dict[str, Any] = {}
+    for p in runs:
+        label, rep = load_report(p)
+        base, i = label, 2
+        while label in loaded:
+            label, i = f"{base}#{i}", i + 1
+        loaded[label] = rep
+    cmp = run_compare(loaded, n_boot=bootstrap, seed=seed, alpha=alpha)
+    tables = cmp.tables()
+    for t in tables:
+        rt = RichTable(title=t.title, title_justify="left", show_edge=False, pad_edge=False)
+        for i, c in enumerate(t.columns):
+            rt.add_column(c, justify="left" if i == 0 else "right")
+        for row, em in zip(t.rows, t.emph):
+            rt.add_row(*[f"[bold red]{c}[/bold red]" if e else c for c, e in zip(row, em)])
+        console.print(rt)
+        console.print(f"[dim]{t.note}[/dim]", highlight=False)
+    if out is not None:
+        suffix = out.suffix.lower()
+        if suffix == ".json":
+            write_json(out, cmp.to_json())
+        else:
+            text = to_markdown(tables, title="robfair compare: " + " vs ".join(cmp.labels)) if suffix == ".md" else \
+                _tidy_csv(cmp)
+            with atomic_path(out) as tmp:
+                tmp.write_text(text)
+        console.print(f"wrote {out}")
+
+
+def _tidy_csv(cmp: Any) -> str:
+    import pandas as pd
+
+    pc = cmp.per_class.assign(table="per_class")
+    ag = cmp.aggregates.assign(table="aggregates")
+    return pd.concat([pc, ag], ignore_index=True).to_csv(index=False, float_format="%.6g")
+
+
+__all__ = ["sweep", "report", "compare", "RobfairError"]

@@ -1,0 +1,223 @@
+"""Two or more runs side by side: per-class differences and whether each is beyond the noise.
+
+    cmp = compare({"trades": audit_a, "frl-rwrm": audit_b})     # AuditReport or GroupReport values
+    cmp.per_class      # one row per (run vs reference, class, metric): values, difference, CI, p, verdict
+    cmp.aggregates     # avg (z-test) and worst / gap (bootstrap) of clean and robust accuracy
+    cmp.tables()       # Markdown/CSV-ready tables (robfair.report.tables.Table)
+
+Every run is compared with the first one (the reference). Per class and for the averages: the
+difference of two proportions with Newcombe's hybrid score interval (built from the Wilson
+intervals) and a two-sided two-proportion z-test, Holm-adjusted over the classes of each metric;
+a difference is "beyond the intervals" when the adjusted p < alpha. The worst class and the gap:
+independent stratified bootstrap of both runs (multinomial over each class's outcome counts), a
+percentile interval of the difference; beyond when it excludes 0.
+
+Both runs are usually audited on the *same* test samples, so outcomes are paired; the tests above
+treat them as independent, which is conservative when the models agree more than chance (the usual
+case). Per-sample outcomes (for McNemar) are not stored in audit.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RobfairError
+from ..metrics import wilson
+from ..report.tables import Table, pct
+
+RATES = (("clean_acc", "clean"), ("rob_acc", "robust"))
+
+
+def two_proportion_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """(z, two-sided p) of the pooled two-proportion z-test of p2 - p1; (0, 1) when undefined."""
+    from scipy.stats import norm
+
+    if n1 == 0 or n2 == 0:
+        return 0.0, 1.0
+    p = (k1 + k2) / (n1 + n2)
+    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 0.0, 1.0
+    z = (k2 / n2 - k1 / n1) / se
+    return float(z), float(2 * norm.sf(abs(z)))
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.96) -> tuple[float, float]:
+    """95% interval of p2 - p1 by Newcombe's hybrid score method (his method 10), from Wilson intervals."""
+    if n1 == 0 or n2 == 0:
+        return math.nan, math.nan
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1, z)
+    l2, u2 = wilson(k2, n2, z)
+    d = p2 - p1
+    return d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm step-down adjusted p-values (family-wise error)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def _counts(rep: Any, rate: str) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, n) per group of clean or robust accuracy."""
+    n, c, ca, _ = rep.counts.summed(1)
+    return (c if rate == "clean_acc" else ca).astype(np.int64), n.astype(np.int64)
+
+
+def _boot(rep: Any, n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Bootstrap replicates (B, G) of clean and robust accuracy per group (groups with samples)."""
+    cats = rep.counts.categories(axis=1)
+    ng = cats.sum(1)
+    keep = ng > 0
+    cats, ng = cats[keep], ng[keep]
+    draws = rng.multinomial(ng, cats / ng[:, None], size=(n_boot, ng.size))  # (B, G, 4): 11, 10, 01, 00
+    return {"clean_acc": (draws[..., 0] + draws[..., 1]) / ng, "rob_acc": draws[..., 0] / ng}
+
+
+@dataclass
+class Comparison:
+    labels: list[str]
+    per_class: pd.DataFrame
+    aggregates: pd.DataFrame
+    alpha: float
+    n_boot: int
+
+    def tables(self) -> list[Table]:
+        """Side-by-side per-class table and the aggregate differences, display + numbers."""
+        ref = self.labels[0]
+        out = []
+        pc = self.per_class
+        classes = list(dict.fromkeys(pc["class"]))
+        cols = ["class"]
+        for lab in self.labels:
+            cols += [f"{lab} clean", f"{lab} robust"]
+        for lab in self.labels[1:]:
+            cols += [f"Δ clean {lab}", f"Δ robust {lab}"]
+        rows, emph = [], []
+        for cname in classes:
+            sub = pc[pc["class"] == cname]
+            row, em = [str(cname)], [False]
+            first = sub[sub["run"] == self.labels[1]]
+            for lab in self.labels:
+                if lab == ref:
+                    vals = {m: first[first["metric"] == m]["ref_value"].iloc[0] for m, _ in RATES}
+                else:
+                    s = sub[sub["run"] == lab]
+                    vals = {m: s[s["metric"] == m]["value"].iloc[0] for m, _ in RATES}
+                row += [pct(vals["clean_acc"]), pct(vals["rob_acc"])]
+                em += [False, False]
+            for lab in self.labels[1:]:
+                s = sub[sub["run"] == lab]
+                for m, _ in RATES:
+                    r = s[s["metric"] == m].iloc[0]
+                    row.append(f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]"
+                               + (" *" if r["beyond"] else ""))
+                    em.append(bool(r["beyond"]))
+            rows.append(row)
+            emph.append(em)
+        out.append(Table("compare-classes", f"Per class, each run vs {ref}", cols, rows, self.per_class,
+                         f"Percent. Δ = run - {ref} with 95% Newcombe interval; * = beyond the intervals "
+                         f"(two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}).", emph))
+        ag = self.aggregates
+        rows = []
+        emph = []
+        for _, r in ag.iterrows():
+            rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]),
+                         f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]",
+                         f"{r['p']:.3g}", "yes" if r["beyond"] else "no", r["test"]])
+            emph.append([False] * 6 + [bool(r["beyond"]), False])
+        out.append(Table("compare-aggregates", f"Averages, worst class and gap vs {ref}",
+                         ["run", "statistic", ref, "run value", "difference [95% CI]", "p", "beyond", "test"], rows,
+                         self.aggregates, f"Percent. Averages: z-test and Newcombe interval; worst class and gap: "
+                                          f"percentile interval of {self.n_boot} independent stratified bootstrap "
+                                          "replicates of both runs (p: twice the smaller tail share).", emph))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        clean = lambda df: json.loads(df.to_json(orient="records"))  # noqa: E731  (NaN -> null)
+        return {"schema": "robfair.compare/1", "labels": self.labels, "alpha": self.alpha, "n_boot": self.n_boot,
+                "per_class": clean(self.per_class), "aggregates": clean(self.aggregates)}
+
+
+def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> Comparison:
+    """Compare every report with the first; see the module docstring."""
+    items = [(str(k), getattr(v, "main", v)) for k, v in reports.items()]
+    if len(items) < 2:
+        raise RobfairError("compare needs at least two runs; pass e.g. runs/a runs/b")
+    ref_label, ref = items[0]
+    for lab, rep in items[1:]:
+        if tuple(rep.group_names) != tuple(ref.group_names):
+            raise RobfairError(f"runs '{ref_label}' and '{lab}' have different classes/groups; compare runs "
+                               "audited on the same dataset")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    boot_ref = _boot(ref, n_boot, rng) if n_boot else None
+    per_class, aggs = [], []
+    for lab, rep in items[1:]:
+        for metric, _ in RATES:
+            k1, n1 = _counts(ref, metric)
+            k2, n2 = _counts(rep, metric)
+            rows = []
+            for gi, g in enumerate(ref.group_names):
+                z, p = two_proportion_test(int(k1[gi]), int(n1[gi]), int(k2[gi]), int(n2[gi]))
+                lo, hi = newcombe_interval(int(k1[gi]), int(n1[gi]), int(k2[gi]), int(n2[gi]))
+                v1 = k1[gi] / n1[gi] if n1[gi] else math.nan
+                v2 = k2[gi] / n2[gi] if n2[gi] else math.nan
+                rows.append({"run": lab, "reference": ref_label, "class": g, "metric": metric, "ref_value": v1,
+                             "value": v2, "diff": v2 - v1, "lo": lo, "hi": hi, "z": z, "p": p,
+                             "n_ref": int(n1[gi]), "n": int(n2[gi])})
+            for r, padj in zip(rows, holm([r["p"] for r in rows])):
+                r["p_holm"] = padj
+                r["beyond"] = bool(padj < alpha)
+            per_class += rows
+            # averages over all samples
+            K1, N1, K2, N2 = int(k1.sum()), int(n1.sum()), int(k2.sum()), int(n2.sum())
+            z, p = two_proportion_test(K1, N1, K2, N2)
+            lo, hi = newcombe_interval(K1, N1, K2, N2)
+            aggs.append({"run": lab, "statistic": f"{dict(RATES)[metric]} avg", "ref_value": K1 / N1 if N1 else math.nan,
+                         "value": K2 / N2 if N2 else math.nan, "diff": (K2 / N2 - K1 / N1) if N1 and N2 else math.nan,
+                         "lo": lo, "hi": hi, "p": p, "beyond": bool(p < alpha), "test": "z-test"})
+        if n_boot:
+            boot = _boot(rep, n_boot, rng)
+            a_ref, a = ref.aggregates(), rep.aggregates()
+            for metric, stat in (("rob_acc", "worst"), ("rob_acc", "gap"), ("clean_acc", "worst")):
+                f = (lambda x: x.min(1)) if stat == "worst" else (lambda x: np.ptp(x, axis=1))
+                d = f(boot[metric]) - f(boot_ref[metric])
+                lo, hi = np.quantile(d, [0.025, 0.975])
+                p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
+                aggs.append({"run": lab, "statistic": f"{dict(RATES)[metric]} {stat}",
+                             "ref_value": a_ref[metric][stat], "value": a[metric][stat],
+                             "diff": a[metric][stat] - a_ref[metric][stat], "lo": float(lo), "hi": float(hi), "p": p,
+                             "beyond": bool(lo > 0 or hi < 0), "test": "bootstrap"})
+    return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot)
+
+
+def load_report(path: str | Path) -> tuple[str, Any]:
+    """(label, AuditReport) from a run folder or an audit.json file."""
+    from .runfolder import read_audit
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        label = p.name
+        p = p / "audit.json"
+    else:
+        label = p.parent.name if p.name == "audit.json" else p.stem
+    if not p.exists():
+        raise RobfairError(f"{p} does not exist; pass a finished run folder (with audit.json) or an audit.json file")
+    try:
+        return label, read_audit(p)
+    except RobfairError as e:
+        raise RobfairError(f"{e}; re-run the audit or pick another run") from None

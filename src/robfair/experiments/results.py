@@ -1,0 +1,131 @@
+"""Read finished run folders (sweep runs, ``robfair train`` runs, ``robfair demo`` runs) for reports.
+
+    entries, skipped = load_runs("runs/frl-table")                       # every run folder below
+    entries, skipped = load_runs("runs/frl-table", skip_incomplete=True)  # half-written ones skipped
+
+A run folder is a folder with ``run.yaml`` (sweep) or ``config.yaml`` (trainer). It is finished when
+it has a checkpoint and a readable ``audit.json`` (and ``eps_sweep.json`` when its study asked for
+one). A half-written folder is an error naming it - or, with ``skip_incomplete``, skipped with a
+warning (the report lists it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RobfairError
+from ..report.tables import RunEntry
+from .config import RUN_SCHEMA, RunSpec
+from .store import INDEX_NAME, Store
+from .runfolder import EPS_SWEEP_FILE, incomplete_reason, read_audit, read_eps_sweep
+
+_SKIP_DIRS = {"checkpoints", "tensorboard", "slurm", "__pycache__"}
+_SEED_SUFFIX = re.compile(r"(?:^|[,_-])seed[=_-]?\d+$|[_-]s\d+$")
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is a run folder, else every run folder below it (sorted)."""
+    if (root / "run.yaml").exists() or (root / "config.yaml").exists():
+        return [root]
+    found = set()
+    for marker in ("run.yaml", "config.yaml"):
+        for p in root.rglob(marker):
+            rel = p.parent.relative_to(root).parts
+            if any(part.startswith(".") or part in _SKIP_DIRS for part in rel):
+                continue
+            found.add(p.parent)
+    # a run folder inside another run folder is not a run (e.g. nothing); keep the outermost
+    dirs = sorted(found)
+    return [d for d in dirs if not any(o != d and o in d.parents for o in dirs)]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        d = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        raise RobfairError(f"{path} is unreadable or not YAML") from None
+    if not isinstance(d, dict):
+        raise RobfairError(f"{path} is not a mapping")
+    return d
+
+
+def load_entry(run_dir: Path, root: Path) -> RunEntry:
+    """One finished run; RobfairError naming the folder and what is missing otherwise."""
+    spec = None
+    if (run_dir / "run.yaml").exists():
+        try:
+            spec = RunSpec.load(run_dir)
+        except RobfairError as e:
+            raise RobfairError(str(e)) from None
+    reason = incomplete_reason(run_dir, spec)
+    if reason is not None:
+        raise RobfairError(f"run folder {run_dir} is not finished: {reason}")
+    audit = read_audit(run_dir / "audit.json")
+    eps_sweep = read_eps_sweep(run_dir / EPS_SWEEP_FILE)
+    if spec is not None:
+        return RunEntry(name=spec.name, group=spec.group, seed=spec.seed, config=dict(spec.train),
+                        overrides=dict(spec.overrides), audit=audit, eps_sweep=eps_sweep, path=run_dir)
+    config = _read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    config.pop("run_info", None)
+    name = run_dir.name if run_dir == root else run_dir.relative_to(root).as_posix()
+    seed = config.get("seed")
+    group = _SEED_SUFFIX.sub("", name) or name
+    return RunEntry(name=name, group=group, seed=seed if isinstance(seed, int) else None, config=config,
+                    audit=audit, eps_sweep=eps_sweep, path=run_dir)
+
+
+def load_runs(root: str | Path, *, skip_incomplete: bool = False) -> tuple[list[RunEntry], list[str]]:
+    """Every finished run under ``root`` and the warnings of skipped ones. Errors (one line): no run
+    folder at all; a half-written run (unless ``skip_incomplete``); nothing finished."""
+    root = Path(root).expanduser()
+    if not root.exists():
+        raise RobfairError(f"{root} does not exist; pass a run folder or a study output folder such as runs/frl-table")
+    if root.is_file() and root.name == "audit.json":
+        root = root.parent
+    dirs = find_run_dirs(root)
+    if not dirs:
+        raise RobfairError(f"no runs under {root} (no folder with run.yaml or config.yaml); pass a study output "
+                           "folder such as runs/frl-table, or run `robfair sweep STUDY.yaml` first")
+    entries, skipped = [], []
+    for d in dirs:
+        try:
+            entries.append(load_entry(d, root))
+        except RobfairError as e:
+            if not skip_incomplete:
+                raise RobfairError(f"{e}; finish it (`robfair sweep` resumes it), delete it, or pass "
+                                   "--skip-incomplete") from None
+            skipped.append(f"skipped {d}: {str(e).split(': ', 1)[-1]}")
+    if not entries:
+        raise RobfairError(f"no finished runs under {root} ({len(skipped)} unfinished); wait for the sweep or "
+                           "run `robfair sweep` to finish them")
+    index = root / INDEX_NAME
+    if index.exists():  # the study's order (grid order), not the alphabetical order of folders
+        try:
+            with Store(index) as store:
+                order = {r["id"]: i for i, r in enumerate(store.rows())}
+            entries.sort(key=lambda e: order.get(e.name, len(order)))
+        except RobfairError:
+            pass
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise RobfairError(f"two runs are both named '{dup[0]}'; report their study folders separately")
+    return entries, skipped
+
+
+def study_info(root: str | Path) -> dict[str, Any]:
+    """The ``study.yaml`` a sweep wrote in ``root`` (empty dict when there is none)."""
+    p = Path(root).expanduser() / "study.yaml"
+    if not p.exists():
+        return {}
+    try:
+        return _read_yaml(p)
+    except RobfairError:
+        return {}
+
+
+__all__ = ["find_run_dirs", "load_entry", "load_runs", "study_info", "RUN_SCHEMA"]

@@ -1,0 +1,459 @@
+"""The papers' table layouts over a set of runs, as display strings (HTML, Markdown) and numbers (CSV).
+
+    entries = [RunEntry(name=..., group=..., seed=..., audit=AuditReport, config={...}), ...]
+    tables = paper_tables(entries, baseline="trades", n_boot=1000)
+    to_markdown(tables); write_csvs(tables, "report_tables/")
+
+Runs that differ only by their seed form one *setting* (``RunEntry.group``). A setting with one run
+shows ``value [95% interval]`` (Wilson for averages, stratified bootstrap for worst and gap); a
+setting with several seeds shows ``mean ± sd`` over seeds and how often its worst class changes.
+
+Layouts: ``summary`` (CFA / DAFA: clean and robust average / worst, gap, DAFA's rho against a
+baseline, Pareto front), ``frl`` (FRL: average and worst-class standard, boundary and robust error),
+``benz-clean`` / ``benz-robust`` (Benz: accuracy per class, one table per class list), ``seeds``
+(seed spread), ``eps`` (robust accuracy vs eps, when runs have an eps sweep), ``warnings``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RobfairError
+from ..utils import atomic_path
+
+
+# ============================================================================== data model
+@dataclass
+class RunEntry:
+    """One finished run as the report sees it."""
+
+    name: str
+    audit: Any  # robfair.audit.AuditReport
+    group: str = ""
+    seed: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    eps_sweep: list[Any] | None = None  # AuditReports at increasing eps
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.group = self.group or self.name
+
+    @property
+    def report(self) -> Any:
+        """The headline GroupReport (worst case over the audit's attacks)."""
+        return getattr(self.audit, "main", self.audit)
+
+
+@dataclass
+class Setting:
+    """Runs of one configuration that differ only by seed."""
+
+    name: str
+    runs: list[RunEntry]
+
+    @property
+    def reports(self) -> list[Any]:
+        return [r.report for r in self.runs]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.runs[0].config
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(self.runs[0].report.group_names)
+
+    def label(self, key: str, default: str = "") -> str:
+        v = self.config.get(key, default)
+        return "" if v is None else str(v)
+
+
+@dataclass
+class Table:
+    """A table in display form (``rows`` of strings, ``emph`` marks cells to highlight) and in
+    number form (``data``, written as CSV)."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    data: pd.DataFrame
+    note: str = ""
+    emph: list[list[bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.emph:
+            self.emph = [[False] * len(r) for r in self.rows]
+
+
+def group_settings(entries: Iterable[RunEntry]) -> list[Setting]:
+    """Settings in first-seen order, each with its runs sorted by seed; seeds must be unique per setting."""
+    groups: dict[str, list[RunEntry]] = {}
+    for e in entries:
+        groups.setdefault(e.group, []).append(e)
+    out = []
+    for name, runs in groups.items():
+        seeds = [r.seed for r in runs if r.seed is not None]
+        if len(seeds) != len(set(seeds)):
+            dup = sorted({s for s in seeds if seeds.count(s) > 1})
+            raise RobfairError(f"setting '{name}' has several runs with seed {dup[0]}; give the runs distinct "
+                               "names/groups or report them separately")
+        out.append(Setting(name, sorted(runs, key=lambda r: (r.seed is None, r.seed or 0, r.name))))
+    return out
+
+
+# ============================================================================== formatting
+def pct(v: Any, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return f"{100 * float(v):.{digits}f}"
+
+
+def with_ci(v: Any, lo: Any, hi: Any) -> str:
+    if lo is None or hi is None or any(isinstance(x, float) and not math.isfinite(x) for x in (lo, hi)):
+        return pct(v)
+    return f"{pct(v)} [{pct(lo)}, {pct(hi)}]"
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
+
+
+def pm(mean: float, sd: float) -> str:
+    return pct(mean) if not math.isfinite(sd) else f"{pct(mean)} ± {pct(sd)}"
+
+
+def _wilson_overall(rep: Any, metric: str) -> tuple[float, float]:
+    from ..metrics import wilson
+
+    o = rep.overall
+    n = int(o["n"])
+    k = int(round(o[metric] * n)) if n else 0
+    return wilson(k, n) if n else (math.nan, math.nan)
+
+
+# ============================================================================== statistics per setting
+#: (label, rate, statistic) of the summary layout
+SUMMARY_STATS = (("clean avg", "clean_acc", "avg"), ("clean worst", "clean_acc", "worst"),
+                 ("robust avg", "rob_acc", "avg"), ("robust worst", "rob_acc", "worst"),
+                 ("robust gap", "rob_acc", "gap"))
+FRL_STATS = (("Avg Std", "std_err", "avg"), ("Worst Std", "std_err", "worst"),
+             ("Avg Bndy", "bndy_err", "avg"), ("Worst Bndy", "bndy_err", "worst"),
+             ("Avg Rob", "rob_err", "avg"), ("Worst Rob", "rob_err", "worst"))
+
+
+class _Stats:
+    """Aggregates of each run of a setting, bootstrap of single runs, cached."""
+
+    def __init__(self, n_boot: int) -> None:
+        self.n_boot = n_boot
+        self._agg: dict[int, dict] = {}
+        self._boot: dict[int, dict] = {}
+
+    def agg(self, rep: Any) -> dict:
+        if id(rep) not in self._agg:
+            self._agg[id(rep)] = rep.aggregates()
+        return self._agg[id(rep)]
+
+    def boot(self, rep: Any) -> dict:
+        if id(rep) not in self._boot:
+            self._boot[id(rep)] = rep.bootstrap(n=self.n_boot, seed=0)["metrics"] if self.n_boot else {}
+        return self._boot[id(rep)]
+
+    def cell(self, s: Setting, rate: str, stat: str) -> tuple[str, dict[str, float]]:
+        """Display string and numbers (value, sd, lo, hi, n) of one statistic of a setting."""
+        vals = [self.agg(r)[rate][stat] for r in s.reports]
+        mean, sd = mean_sd(vals)
+        lo = hi = math.nan
+        if len(vals) == 1:
+            rep = s.reports[0]
+            if stat == "avg":
+                lo, hi = _wilson_overall(rep, rate)
+            elif stat in ("worst", "gap") and self.n_boot:
+                b = self.boot(rep).get(rate, {}).get(stat)
+                if b:
+                    lo, hi = b["lo"], b["hi"]
+            text = with_ci(mean, lo, hi)
+        else:
+            text = pm(mean, sd)
+        return text, {"value": mean, "sd": sd, "lo": lo, "hi": hi, "seeds": len(vals)}
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """Which points are not dominated (higher is better in both coordinates)."""
+    out = []
+    for i, (x, y) in enumerate(points):
+        dominated = any((x2 >= x and y2 >= y) and (x2 > x or y2 > y) for j, (x2, y2) in enumerate(points) if j != i)
+        out.append(not dominated and math.isfinite(x) and math.isfinite(y))
+    return out
+
+
+def dataset_key(s: Setting) -> tuple[str, tuple[str, ...]]:
+    """Settings are comparable (rho, Pareto front) when they share the dataset and its classes/groups."""
+    return s.label("data"), s.classes
+
+
+def pareto_by_dataset(settings: Sequence[Setting], points: Sequence[tuple[float, float]]) -> list[bool]:
+    """:func:`pareto_front` computed separately within each dataset."""
+    out = [False] * len(points)
+    for key in dict.fromkeys(dataset_key(s) for s in settings):
+        idx = [i for i, s in enumerate(settings) if dataset_key(s) == key]
+        for i, f in zip(idx, pareto_front([points[i] for i in idx])):
+            out[i] = f
+    return out
+
+
+def worst_changes(s: Setting, stats: _Stats, rate: str = "rob_acc") -> tuple[list[str], int]:
+    """Worst group of each seed and the number of distinct ones."""
+    worst = [str(stats.agg(r)[rate]["worst_group"]) for r in s.reports]
+    return worst, len(set(worst))
+
+
+# ============================================================================== the layouts
+def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None = None) -> Table:
+    """CFA / DAFA layout: clean and robust average and worst class, gap, DAFA rho, Pareto front."""
+    base = None
+    if baseline is not None:
+        base = next((s for s in settings if s.name == baseline), None)
+        if base is None:
+            raise RobfairError(f"baseline '{baseline}' is not a setting of these runs; choose one of: "
+                               f"{', '.join(s.name for s in settings)}")
+    means = {s.name: {(r, st): mean_sd([stats.agg(x)[r][st] for x in s.reports])[0]
+                      for _, r, st in SUMMARY_STATS} for s in settings}
+    front = pareto_by_dataset(settings, [(means[s.name][("rob_acc", "avg")], means[s.name][("rob_acc", "worst")])
+                                         for s in settings])
+    columns = ["setting", "data", "model", "method", "seeds"] + [lab for lab, _, _ in SUMMARY_STATS] + ["worst class"]
+    if base is not None:
+        columns.append(f"rho vs {base.name}")
+    columns.append("Pareto")
+    rows, emph, records = [], [], []
+    for s, on_front in zip(settings, front):
+        row = [s.name, s.label("data"), s.label("model"), s.label("method"), str(len(s.runs))]
+        rec: dict[str, Any] = {"setting": s.name, "data": s.label("data"), "model": s.label("model"),
+                               "method": s.label("method"), "seeds": len(s.runs)}
+        for lab, rate, stat in SUMMARY_STATS:
+            text, nums = stats.cell(s, rate, stat)
+            row.append(text)
+            key = f"{rate}_{stat}"
+            rec.update({key: nums["value"], f"{key}_sd": nums["sd"], f"{key}_lo": nums["lo"], f"{key}_hi": nums["hi"]})
+        worst, distinct = worst_changes(s, stats)
+        if len(worst) == 1:
+            row.append(worst[0])
+        else:
+            top = max(worst, key=worst.count)
+            row.append(f"{top} ({worst.count(top)}/{len(worst)} seeds)")
+        rec["worst_class"] = "|".join(worst)
+        if base is not None and dataset_key(s) != dataset_key(base):
+            row.append("-")  # rho compares runs on the baseline's dataset only
+            rec["rho"] = math.nan
+        elif base is not None:
+            m, b = means[s.name], means[base.name]
+            rho = _rho(m[("rob_acc", "worst")], b[("rob_acc", "worst")], m[("rob_acc", "avg")], b[("rob_acc", "avg")])
+            row.append("-" if not math.isfinite(rho) else f"{rho:+.3f}")
+            rec["rho"] = rho
+        row.append("yes" if on_front else "")
+        rec["pareto"] = bool(on_front)
+        rows.append(row)
+        emph.append([False] * (len(row) - 1) + [on_front])
+        records.append(rec)
+    note = ("Percent. One seed: value [95% interval] (Wilson for averages, stratified bootstrap for worst and gap); "
+            "several seeds: mean ± sd over seeds. Robust = worst case over the audit's attacks. "
+            "Pareto: not dominated in (robust avg, robust worst) among the settings on the same dataset.")
+    if base is not None:
+        note += (" rho = (worst - worst_base)/worst_base + (avg - avg_base)/avg_base on robust accuracy (DAFA), "
+                 "for settings on the baseline's dataset.")
+    return Table("summary", "Average and worst-class accuracy (CFA / DAFA layout)", columns, rows,
+                 pd.DataFrame(records), note, emph)
+
+
+def _rho(w: float, wb: float, a: float, ab: float) -> float:
+    if not wb or not ab or not all(map(math.isfinite, (w, wb, a, ab))):
+        return math.nan
+    return (w - wb) / wb + (a - ab) / ab
+
+
+def frl_table(settings: list[Setting], stats: _Stats) -> Table:
+    """FRL layout: Avg / Worst x Std / Bndy / Rob error (std + bndy = rob exactly, per class)."""
+    columns = ["setting"] + [lab for lab, _, _ in FRL_STATS]
+    rows, records = [], []
+    for s in settings:
+        row = [s.name]
+        rec: dict[str, Any] = {"setting": s.name, "seeds": len(s.runs)}
+        for lab, rate, stat in FRL_STATS:
+            text, nums = stats.cell(s, rate, stat)
+            row.append(text)
+            key = f"{rate}_{stat}"
+            rec.update({key: nums["value"], f"{key}_sd": nums["sd"], f"{key}_lo": nums["lo"], f"{key}_hi": nums["hi"]})
+        rows.append(row)
+        records.append(rec)
+    return Table("frl", "Standard, boundary and robust error: average and worst class (FRL layout)", columns, rows,
+                 pd.DataFrame(records),
+                 "Error in percent (lower is better). Std = clean error, Bndy = clean-correct but attacked "
+                 "(P[c and not a]), Rob = Std + Bndy. Intervals / spread as in the summary.")
+
+
+def benz_tables(settings: list[Setting], stats: _Stats) -> list[Table]:
+    """Benz layout: per-class clean and robust accuracy, one table pair per class list (dataset)."""
+    by_classes: dict[tuple[str, ...], list[Setting]] = {}
+    for s in settings:
+        by_classes.setdefault(s.classes, []).append(s)
+    tables = []
+    for i, (classes, group) in enumerate(by_classes.items()):
+        data_name = group[0].label("data") or f"set {i + 1}"
+        suffix = f"-{_slug(data_name)}" if len(by_classes) > 1 else ""
+        for rate, what in (("clean_acc", "clean"), ("rob_acc", "robust")):
+            rows, emph, records = [], [], []
+            for s in group:
+                frames = [r.by_group for r in s.reports]
+                vals = np.stack([f[rate].to_numpy(dtype=float) for f in frames])  # (seeds, G)
+                cells = []
+                for gi, cname in enumerate(classes):
+                    m, sd = mean_sd(vals[:, gi])
+                    if len(frames) == 1:
+                        lo, hi = frames[0][f"{rate}_lo"].iloc[gi], frames[0][f"{rate}_hi"].iloc[gi]
+                        cells.append(with_ci(m, lo, hi))
+                    else:
+                        lo = hi = math.nan
+                        cells.append(pm(m, sd))
+                    records.append({"setting": s.name, "class": cname, "metric": rate, "value": m, "sd": sd,
+                                    "lo": lo, "hi": hi, "seeds": len(frames)})
+                means = np.nanmean(vals, 0) if vals.size else vals
+                worst = int(np.nanargmin(means)) if np.isfinite(means).any() else -1
+                rows.append([s.name] + cells)
+                emph.append([False] + [gi == worst for gi in range(len(classes))])
+            tables.append(Table(f"benz-{what}{suffix}", f"Per-class {what} accuracy{' on ' + data_name if suffix else ''} "
+                                f"(Benz layout)", ["setting"] + list(classes), rows, pd.DataFrame(records),
+                                "Percent; worst class of each setting highlighted. One seed: value [95% Wilson "
+                                "interval]; several seeds: mean ± sd.", emph))
+    return tables
+
+
+def seeds_table(settings: list[Setting], stats: _Stats) -> Table | None:
+    """Seed spread: robust worst class mean ± sd, worst class per seed, how often it changes."""
+    from ..metrics import seed_summary
+
+    multi = [s for s in settings if len(s.runs) > 1]
+    if not multi:
+        return None
+    rows, records = [], []
+    for s in multi:
+        worst, distinct = worst_changes(s, stats)
+        top = max(worst, key=worst.count)
+        w_mean, w_sd = mean_sd([stats.agg(r)["rob_acc"]["worst"] for r in s.reports])
+        a_mean, a_sd = mean_sd([stats.agg(r)["rob_acc"]["avg"] for r in s.reports])
+        rows.append([s.name, str(len(s.runs)), pm(a_mean, a_sd), pm(w_mean, w_sd), ", ".join(worst),
+                     str(distinct), f"{worst.count(top)}/{len(worst)}"])
+        frame = seed_summary(s.reports, "rob_acc")
+        for g, r in frame.iterrows():
+            records.append({"setting": s.name, "class": g, "rob_acc_mean": r["mean"], "rob_acc_sd": r["sd"],
+                            "rob_acc_min": r["min"], "rob_acc_max": r["max"], "worst_freq": r["worst_freq"]})
+    return Table("seeds", "Spread over seeds", ["setting", "seeds", "robust avg", "robust worst", "worst class per seed",
+                                                "distinct worst classes", "modal worst share"], rows,
+                 pd.DataFrame(records),
+                 "Percent, mean ± sd over seeds (ddof=1). CSV: per-class robust accuracy mean, sd, min, max and "
+                 "the share of seeds in which each class is the worst (robfair.metrics.seed_summary).")
+
+
+def eps_table(entries: list[RunEntry]) -> Table | None:
+    """Robust accuracy vs eps for runs audited at several radii (optional section)."""
+    runs = [e for e in entries if e.eps_sweep]
+    if not runs:
+        return None
+    rows, records = [], []
+    for e in runs:
+        for rep in e.eps_sweep:
+            main = getattr(rep, "main", rep)
+            agg = main.aggregates()["rob_acc"]
+            rows.append([e.name, f"{main.eps:g}" if isinstance(main.eps, float) else str(main.eps), pct(agg["avg"]),
+                         pct(agg["worst"]), str(agg["worst_group"]), pct(agg["gap"])])
+            for g, r in main.by_group.iterrows():
+                records.append({"run": e.name, "eps": main.eps, "group": g, "rob_acc": r["rob_acc"],
+                                "rob_acc_lo": r["rob_acc_lo"], "rob_acc_hi": r["rob_acc_hi"], "n": int(r["n"])})
+    return Table("eps", "Robust accuracy vs eps", ["run", "eps", "robust avg", "robust worst", "worst group", "gap"],
+                 rows, pd.DataFrame(records), "Percent. CSV: every group at every eps with 95% Wilson intervals.")
+
+
+def warnings_table(entries: list[RunEntry], extra: Sequence[str] = ()) -> Table | None:
+    rows = [[e.name, w] for e in entries for w in getattr(e.audit, "warnings", [])]
+    rows += [["(report)", w] for w in extra]
+    if not rows:
+        return None
+    return Table("warnings", "Sanity warnings", ["run", "warning"], rows, pd.DataFrame(rows, columns=["run", "warning"]),
+                 "From the audits (gradient masking checks, inconsistent reports) and from loading the runs.")
+
+
+def paper_tables(entries: list[RunEntry], *, baseline: str | None = None, n_boot: int = 1000,
+                 extra_warnings: Sequence[str] = ()) -> list[Table]:
+    """Every layout that applies to ``entries`` (see the module docstring)."""
+    if not entries:
+        raise RobfairError("no runs to tabulate; pass at least one finished run")
+    settings = group_settings(entries)
+    stats = _Stats(n_boot)
+    tables = [summary_table(settings, stats, baseline), frl_table(settings, stats)]
+    tables += benz_tables(settings, stats)
+    for t in (seeds_table(settings, stats), eps_table(entries), warnings_table(entries, extra_warnings)):
+        if t is not None:
+            tables.append(t)
+    return tables
+
+
+# ============================================================================== output
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", s).strip("-") or "x"
+
+
+def _md_cell(s: str) -> str:
+    """A Markdown table cell: pipes escaped, HTML characters as entities (Markdown renders raw HTML)."""
+    s = str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def table_markdown(t: Table) -> str:
+    lines = [f"### {_md_cell(t.title)}", "", "| " + " | ".join(_md_cell(c) for c in t.columns) + " |",
+             "|" + "|".join("---" for _ in t.columns) + "|"]
+    for row, em in zip(t.rows, t.emph):
+        cells = [f"**{_md_cell(c)}**" if e and c else _md_cell(c) for c, e in zip(row, em)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if t.note:
+        lines += ["", f"_{_md_cell(t.note)}_"]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "") -> str:
+    parts = [f"## {_md_cell(title)}\n"] if title else []
+    if intro:
+        parts.append(intro.strip().replace("<", "&lt;").replace(">", "&gt;") + "\n")
+    parts += [table_markdown(t) for t in tables]
+    return "\n".join(parts)
+
+
+def table_csv(t: Table) -> str:
+    buf = io.StringIO()
+    t.data.to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, float_format="%.6g")
+    return buf.getvalue()
+
+
+def write_csvs(tables: Sequence[Table], folder: str | Path) -> list[Path]:
+    """One CSV per table (``<key>.csv``), each written atomically."""
+    folder = Path(folder)
+    paths = []
+    for t in tables:
+        p = folder / f"{_slug(t.key)}.csv"
+        with atomic_path(p) as tmp:
+            tmp.write_text(table_csv(t))
+        paths.append(p)
+    return paths

@@ -1,0 +1,113 @@
+"""robfair compare on hand-built reports: the tests against closed forms and published values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from robfair.audit import AuditReport
+from robfair.cli import main
+from robfair.errors import RobfairError
+from robfair.experiments.compare import compare, holm, newcombe_interval, two_proportion_test
+from robfair.metrics import GroupReport
+from robfair.utils import write_json
+
+
+def report(cells, classes=None):
+    """cells: per class (n, clean correct, robust correct) -> a GroupReport with exactly those counts."""
+    k = len(cells)
+    ys, cs, advs = [], [], []
+    for i, (n, c, r) in enumerate(cells):
+        y = np.full(n, i)
+        wrong = (i + 1) % k
+        clean = np.where(np.arange(n) < c, i, wrong)
+        adv = np.where(np.arange(n) < r, i, wrong)
+        ys.append(y), cs.append(clean), advs.append(adv)
+    return GroupReport.from_outcomes(y=np.concatenate(ys), clean_pred=np.concatenate(cs), adv_pred=np.concatenate(advs),
+                                     class_names=classes or [f"c{i}" for i in range(k)], attack="pgd20", eps=0.1)
+
+
+def test_newcombe_interval_matches_published_example():
+    # Newcombe (1998), Stat. Med. 17:873, method 10: 56/70 - 48/80 = 0.2000, 95% CI 0.0524 to 0.3339
+    lo, hi = newcombe_interval(48, 80, 56, 70)
+    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+
+
+def test_two_proportion_test_closed_form():
+    z, p = two_proportion_test(50, 100, 90, 100)
+    pooled = 140 / 200
+    z_hand = 0.4 / math.sqrt(pooled * (1 - pooled) * (2 / 100))
+    assert z == pytest.approx(z_hand) and p == pytest.approx(2 * norm.sf(z_hand))
+    assert two_proportion_test(5, 10, 5, 10) == (0.0, 1.0)
+    assert two_proportion_test(10, 10, 10, 10) == (0.0, 1.0)  # no variance: no evidence
+
+
+def test_holm():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+def test_compare_flags_only_real_differences():
+    a = report([(100, 95, 50), (100, 90, 50), (100, 80, 40)])
+    b = report([(100, 95, 90), (100, 90, 52), (100, 80, 41)])
+    cmp = compare({"a": a, "b": b}, n_boot=500)
+    pc = cmp.per_class.set_index(["class", "metric"])
+    assert pc.loc[("c0", "rob_acc"), "diff"] == pytest.approx(0.40)
+    assert bool(pc.loc[("c0", "rob_acc"), "beyond"]) is True
+    assert bool(pc.loc[("c1", "rob_acc"), "beyond"]) is False and bool(pc.loc[("c2", "rob_acc"), "beyond"]) is False
+    assert (pc.xs("clean_acc", level="metric")["diff"] == 0).all()
+    assert not pc.xs("clean_acc", level="metric")["beyond"].any()
+    # Holm over the 3 classes of robust accuracy
+    raw = [two_proportion_test(50, 100, 90, 100)[1], two_proportion_test(50, 100, 52, 100)[1],
+           two_proportion_test(40, 100, 41, 100)[1]]
+    assert pc.xs("rob_acc", level="metric")["p_holm"].tolist() == pytest.approx(holm(raw))
+    ag = cmp.aggregates.set_index("statistic")
+    assert ag.loc["robust avg", "diff"] == pytest.approx((183 - 140) / 300)
+    assert bool(ag.loc["robust avg", "beyond"]) is True
+    # worst class: 40% (c2) -> 41% (c2): a 1-point change is within the bootstrap noise
+    assert ag.loc["robust worst", "diff"] == pytest.approx(0.01)
+    assert ag.loc["robust worst", "lo"] < 0 < ag.loc["robust worst", "hi"] and not ag.loc["robust worst", "beyond"]
+    # gap: 10 points -> 49 points, far beyond
+    assert ag.loc["robust gap", "diff"] == pytest.approx(0.39) and bool(ag.loc["robust gap", "beyond"])
+
+
+def test_identical_runs_show_no_difference():
+    a = report([(60, 50, 30), (60, 40, 20)])
+    cmp = compare({"a": a, "a2": a}, n_boot=300)
+    assert not cmp.per_class["beyond"].any() and not cmp.aggregates["beyond"].any()
+    assert (cmp.aggregates["diff"].abs() < 1e-12).all()
+
+
+def test_compare_refuses_different_classes():
+    with pytest.raises(RobfairError, match="different classes"):
+        compare({"a": report([(10, 5, 2), (10, 5, 2)]), "b": report([(10, 5, 2), (10, 5, 2)], ["x", "y"])})
+    with pytest.raises(RobfairError, match="at least two"):
+        compare({"a": report([(10, 5, 2)])})
+
+
+def test_compare_cli_outputs(tmp_path, capsys):
+    for name, cells in (("trades", [(100, 95, 50), (100, 90, 50)]), ("frl", [(100, 93, 60), (100, 88, 70)])):
+        (tmp_path / name).mkdir()
+        write_json(tmp_path / name / "audit.json", AuditReport({"pgd20": report(cells, ["cat", "<b>dog</b>"])}).to_json())
+    for suffix in (".json", ".md", ".csv"):
+        out = tmp_path / f"cmp{suffix}"
+        with pytest.raises(SystemExit) as exc:
+            main(["compare", str(tmp_path / "trades"), str(tmp_path / "frl"), "--out", str(out), "--bootstrap", "200"])
+        assert exc.value.code == 0
+        printed = capsys.readouterr().out
+        assert "Per class, each run vs trades" in printed and "<b>dog</b>" in printed
+    d = json.loads((tmp_path / "cmp.json").read_text())
+    assert d["labels"] == ["trades", "frl"] and len(d["per_class"]) == 4
+    md = (tmp_path / "cmp.md").read_text()
+    assert "| cat |" in md and "+20.0" in md  # dog robust 50 -> 70
+    csv = (tmp_path / "cmp.csv").read_text().splitlines()
+    assert csv[0].startswith("run,reference,class,metric") and len(csv) == 1 + 4 + 5
+    # bad input: one line, exit 2, no file
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(tmp_path / "trades"), str(tmp_path / "missing"), "--out", str(tmp_path / "x.md")])
+    assert exc.value.code == 2 and not (tmp_path / "x.md").exists()
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
