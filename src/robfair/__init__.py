@@ -2,7 +2,7 @@
 
     import robfair
     report = robfair.audit(model, robfair.load_dataset("digits"), attacks=["pgd20"], eps=0.1)
-    print(report.to_frame())
+    report.to_frame()          # per-class table
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ An attack is a callable ``attack(model, x, y, eps, *, generator=None, early_exit
 - ``x`` is a float batch in [0, 1] (normalization lives inside the model), ``y`` int64 labels
   (the *targets* for a targeted attack), ``eps`` a float or an (N,) tensor (one radius per sample).
 - ``x_adv`` is detached, in [0, 1], and within each sample's own ball: ``||x_adv_i - x_i|| <= eps_i``.
-- Gradients are taken with ``torch.autograd.grad(loss, x_adv)`` only, never ``loss.backward()``:
+- Gradients are taken with ``torch.autograd.grad(loss, x_adv)`` only (never a backward pass on the loss):
   no parameter ``.grad`` is ever created and parameter flags are never touched (thread-safe, and the
   weight-gradient half of the backward pass is skipped).
 - The model runs in eval mode while it is attacked; every submodule's training flag is restored
