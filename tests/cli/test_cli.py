@@ -11,15 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from _shared import run_cli
 from robfair.cli import main
-
-
-def run(argv, capsys):
-    """Run the CLI in-process; return (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +41,7 @@ def test_demo_writes_run_folders(demo_dir):
 
 def test_audit_command_json(demo_dir, tmp_path, capsys):
     out = tmp_path / "a.json"
-    code, stdout, err = run(["audit", "--model", demo_dir / "at/checkpoints/best.pt", "--data", "digits",
+    code, stdout, err = run_cli(["audit", "--model", demo_dir / "at/checkpoints/best.pt", "--data", "digits",
                              "--attack", "fgsm", "--attack", "pgd20", "--eps", "0.1", "--out", out,
                              "--bootstrap", "50"], capsys)
     assert code == 0, err
@@ -70,7 +63,7 @@ def test_audit_command_json(demo_dir, tmp_path, capsys):
 
 def test_eps_fraction_parses(demo_dir, tmp_path, capsys):
     out = tmp_path / "b.json"
-    code, _, err = run(["audit", "-m", demo_dir / "st/checkpoints/best.pt", "--attack", "fgsm", "--eps", "8/255",
+    code, _, err = run_cli(["audit", "-m", demo_dir / "st/checkpoints/best.pt", "--attack", "fgsm", "--eps", "8/255",
                         "--bootstrap", "0", "-o", out], capsys)
     assert code == 0, err
     assert json.loads(out.read_text())["meta"]["eps"] == pytest.approx(8 / 255)
@@ -78,7 +71,7 @@ def test_eps_fraction_parses(demo_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("cmd", ["datasets", "models", "attacks"])
 def test_listings(cmd, capsys):
-    code, out, _ = run([cmd], capsys)
+    code, out, _ = run_cli([cmd], capsys)
     assert code == 0
     assert {"datasets": "fashion-mnist", "models": "preact-resnet18", "attacks": "pgd"}[cmd] in out
 
@@ -135,7 +128,7 @@ def test_bad_input_one_line_exit_2_no_output(demo_dir, tmp_path, capsys):
     for name, (argv, needle) in bad_cases(demo_dir, tmp_path).items():
         out = tmp_path / f"{name.replace(' ', '_')}.json"
         argv = list(argv) + (["--out", out] if argv[0] == "audit" and "--no-such-flag" not in argv else [])
-        code, stdout, err = run(argv, capsys)
+        code, stdout, err = run_cli(argv, capsys)
         assert code == 2, f"{name}: exit {code}\n{stdout}\n{err}"
         lines = [l for l in err.strip().splitlines() if l.strip()]
         assert len(lines) == 1, f"{name}: expected one line, got {lines}"

@@ -9,14 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from robfair.cli import main
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+from _shared import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +40,7 @@ def setup(tmp_path_factory):
 
 def test_audit_with_groups_sweep_and_distances(setup, tmp_path, capsys):
     out = tmp_path / "a.json"
-    code, text, err = run(["audit", "-m", setup / "lin.pt", "-d", f"npz:{setup / 'dg.npz'}", "--groups", "g",
+    code, text, err = run_cli(["audit", "-m", setup / "lin.pt", "-d", f"npz:{setup / 'dg.npz'}", "--groups", "g",
                            "--attack", "fgsm", "--eps", "0.05", "--eps-sweep", "0:0.1:3", "--distances",
                            "--bootstrap", "0", "-o", out], capsys)
     assert code == 0, err
@@ -71,24 +64,24 @@ def test_audit_with_groups_sweep_and_distances(setup, tmp_path, capsys):
 def test_audit_bad_inputs(setup, tmp_path, capsys, args, msg):
     args = [a.format(hole=f"npz:{setup / 'hole.npz'}", dg=f"npz:{setup / 'dg.npz'}") for a in args]
     out = tmp_path / "bad.json"
-    code, text, err = run(["audit", "-m", setup / "lin.pt", *args, "-o", out], capsys)
+    code, text, err = run_cli(["audit", "-m", setup / "lin.pt", *args, "-o", out], capsys)
     assert code == 2 and msg in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 
 def test_train_bad_inputs_write_nothing(setup, tmp_path, capsys):
     run_dir = tmp_path / "r"
-    code, _, err = run(["train", "-d", "digits", "--method", "fair-constraint", "--fairness", "equal-opportunity",
+    code, _, err = run_cli(["train", "-d", "digits", "--method", "fair-constraint", "--fairness", "equal-opportunity",
                         "--epochs", "1", "-o", run_dir], capsys)
     assert code == 2 and "needs binary labels but the task has 10 classes" in err and len(err.strip().splitlines()) == 1
     assert not run_dir.exists()
-    code, _, err = run(["train", "-d", "digits", "--groups", "race", "--epochs", "1", "-o", run_dir], capsys)
+    code, _, err = run_cli(["train", "-d", "digits", "--groups", "race", "--epochs", "1", "-o", run_dir], capsys)
     assert code == 2 and "no group attribute 'race'" in err and not run_dir.exists()
 
 
 def test_train_with_groups_and_fairness_flags(setup, tmp_path, capsys):
     run_dir = tmp_path / "fair"
-    code, text, err = run(["train", "-d", f"npz:{setup / 'dg.npz'}", "--groups", "g", "--model", "mlp",
+    code, text, err = run_cli(["train", "-d", f"npz:{setup / 'dg.npz'}", "--groups", "g", "--model", "mlp",
                            "--method", "fair-constraint", "--fairness", "loss-parity", "--lam", "0.3",
                            "--dual-step", "0.1", "--epochs", "1", "--set", "val_attack=fgsm", "--eps", "0.05",
                            "--audit-attack", "none", "-o", run_dir], capsys)

@@ -10,33 +10,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from robfair.attacks import get_attack
 from robfair.errors import ConfigError
 from robfair.metrics import GroupReport
-from robfair.training import Callback, TrainConfig, TrainContext, build_method, load_config, train
+from robfair.training import TrainConfig, TrainContext, build_method, load_config, train
 from robfair.training.methods import frl as frl_module
 from robfair.training.methods.frl import class_margins, frl_weights, project_multipliers
+from _shared import Recorder, Stop, StopAfterEpoch
 
 EPS = 0.1
 FRL_NAMES = ("frl-reweight", "frl-remargin", "frl-rwrm", "baseline-reweight")
 
 
 # ================================================================================ helpers
-class Recorder(nn.Module):
-    """A tiny K-class model that remembers the inputs of its train-mode calls (attacks run it in eval)."""
 
-    def __init__(self, k):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, k))
-        self.seen = []
-
-    def forward(self, x):
-        if self.training:
-            self.seen.append(x.detach().clone())
-        return self.net(x)
 
 
 def batch(k, per_class=4, seed=1):
@@ -378,19 +366,6 @@ def test_configs_load_and_fine_tune_with_the_frl_defaults():
 
 
 # ================================================================================ end to end
-class Stop(Exception):
-    pass
-
-
-class StopAfterEpoch(Callback):
-    def __init__(self, epoch):
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, record):
-        if epoch == self.epoch:
-            raise Stop
-
-
 TINY = dict(data="digits", model="mlp", model_kwargs={"hidden": [32]}, eps=EPS, batch_size=256,
             attack_options={"steps": 2, "rel_step": 0.5}, val_per_class=10, val_attack="pgd5", seed=1, device="cpu")
 

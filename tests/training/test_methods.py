@@ -8,23 +8,9 @@ from torch import nn
 from robfair.attacks import get_attack
 from robfair.training import METHODS, TrainConfig, TrainContext, build_method
 from robfair.training.methods import PGDAT, TRADES
+from _shared import Recorder
 
 K = 4
-
-
-class Recorder(nn.Module):
-    """A tiny model that remembers the inputs of its train-mode calls (the attack runs it in eval)."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, K))
-        self.seen = []
-
-    def forward(self, x):
-        if self.training:
-            self.seen.append(x.detach().clone())
-        return self.net(x)
 
 
 def batch(n=16, seed=1):
@@ -47,7 +33,7 @@ def test_registry_has_the_builtins():
 
 def test_pgd_at_with_eps_zero_equals_standard_loss_exactly():
     x, y = batch()
-    model = Recorder().train()
+    model = Recorder(K).train()
     std = build_method("standard")
     l_std = std.loss(model, x, y, y, ctx_for(std, None, 0.0))
     at = build_method("pgd-at")
@@ -71,7 +57,7 @@ class ClassEpsAT(PGDAT):
 
 def test_per_class_eps_reaches_the_attack_and_weights_scale_the_loss():
     x, y = batch()
-    model = Recorder().train()
+    model = Recorder(K).train()
     m = ClassEpsAT()
     loss = m.loss(model, x, y, y, ctx_for(m, get_attack("pgd10", keep="last"), 0.1))
     x_adv = model.seen[-1]
@@ -87,7 +73,7 @@ def test_per_class_eps_reaches_the_attack_and_weights_scale_the_loss():
 
 def test_trades_beta_zero_is_clean_cross_entropy():
     x, y = batch()
-    model = Recorder().train()
+    model = Recorder(K).train()
     m = build_method("trades", {"beta": 0})
     loss = m.loss(model, x, y, y, ctx_for(m, get_attack("trades-kl"), 0.1))
     assert torch.allclose(loss, F.cross_entropy(model.net(x), y), rtol=0, atol=1e-7)
@@ -102,7 +88,7 @@ def _official_trades(model, x, x_adv, y, beta):
 
 def test_trades_matches_the_reference_formula():
     x, y = batch()
-    model = Recorder().train()
+    model = Recorder(K).train()
     m = build_method("trades", {"beta": 6})
     loss = m.loss(model, x, y, y, ctx_for(m, get_attack("trades-kl"), 0.1))
     x_adv = model.seen[-1]
@@ -122,7 +108,7 @@ class WeightedTrades(TRADES):
 
 def test_trades_per_class_weights_follow_frl_normalization():
     x, y = batch()
-    model = Recorder().train()
+    model = Recorder(K).train()
     m = WeightedTrades({"beta": 2})
     loss = m.loss(model, x, y, y, ctx_for(m, get_attack("trades-kl"), 0.1))
     x_adv = model.seen[-1]

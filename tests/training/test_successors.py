@@ -9,34 +9,22 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from robfair.attacks import get_attack
 from robfair.data import Dataset
 from robfair.metrics import GroupReport
 from robfair.models import load_checkpoint
-from robfair.training import Callback, TrainConfig, TrainContext, Trainer, build_method, load_config, train
+from robfair.training import TrainConfig, TrainContext, Trainer, build_method, load_config, train
 from robfair.training.methods.dafa import dafa_weights
 from robfair.training.methods.mart import mart_loss
 from robfair.training.runner import build_model, split_train_val
 from robfair.utils import seed_everything
+from _shared import Recorder, Stop, StopAfterEpoch
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-class Recorder(nn.Module):
-    """A tiny model that remembers the inputs of its train-mode calls (attacks run it in eval)."""
 
-    def __init__(self, k):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, k))
-        self.seen = []
-
-    def forward(self, x):
-        if self.training:
-            self.seen.append(x.detach().clone())
-        return self.net(x)
 
 
 class Shift:
@@ -423,16 +411,6 @@ def test_end_to_end_writes_the_method_state(method, options, keys, tmp_path, dig
         assert recs[0]["method"]["class_weights"] == recs[1]["method"]["class_weights"]
         assert sum(recs[-1]["method"]["class_weights"]) == pytest.approx(3.0, abs=1e-4)
     assert all(math.isfinite(r["train"]["loss"]) for r in recs) and result.best_epoch in (1, 2)
-
-
-class Stop(Exception):
-    pass
-
-
-class StopAfterEpoch(Callback):
-    def on_epoch_end(self, epoch, record):
-        if epoch == 0:
-            raise Stop
 
 
 def _fit(cfg, digits3, audited, callbacks=()):

@@ -11,7 +11,8 @@ import torch
 
 from robfair.errors import ConfigError
 from robfair.models import load_checkpoint
-from robfair.training import Callback, TrainConfig, random_crop_flip, select_best, train
+from _shared import Stop, StopAfterEpoch
+from robfair.training import TrainConfig, random_crop_flip, select_best, train
 
 # small but exercises every piece of state: dropout (global RNG), crop-flip (augment generator),
 # PGD random starts (attack generator), EMA, momentum, a piecewise schedule and the validation attack
@@ -36,19 +37,6 @@ def metric_lines(out):
     for r in recs:
         r.pop("time")
     return recs
-
-
-class Stop(Exception):
-    pass
-
-
-class StopAfterEpoch(Callback):
-    def __init__(self, epoch):
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, record):
-        if epoch == self.epoch:
-            raise Stop
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,48 @@
+"""Helpers shared by several test modules (importable because tests/ holds the root conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from robfair.training import Callback
+
+
+class Recorder(nn.Module):
+    """A tiny K-class model on 12 input features that remembers the inputs of its train-mode calls
+    (attacks run it in eval mode, so only the training loss's inputs are recorded)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, k))
+        self.seen = []
+
+    def forward(self, x):
+        if self.training:
+            self.seen.append(x.detach().clone())
+        return self.net(x)
+
+
+class Stop(Exception):
+    """Raised by :class:`StopAfterEpoch` to simulate a run killed between epochs."""
+
+
+class StopAfterEpoch(Callback):
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, record):
+        if epoch == self.epoch:
+            raise Stop
+
+
+def run_cli(argv, capsys):
+    """Run the robfair CLI in-process; return (exit code, stdout, stderr)."""
+    from robfair.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
