@@ -6,7 +6,7 @@ Every format reads local files only; nothing is downloaded.
 
 from __future__ import annotations
 
-from . import celeba, cifar, digits, idx, imagefolder, npz, svhn, utkface  # noqa: F401  (register the loaders)
+from . import celeba, cifar, cifar_jpeg, digits, idx, imagefolder, npz, svhn, utkface  # noqa: F401  (register the loaders)
 from .base import Dataset, stratified_split
 from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
                        split_options, with_options)
