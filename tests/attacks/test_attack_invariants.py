@@ -196,7 +196,8 @@ def test_targeted_fgsm_and_temperature_run(mlp_factory):
 def test_half_precision_paths_run_on_cpu(precision, mlp_factory):
     model = mlp_factory(dtype=torch.float32)
     dtypes = []
-    model[1].register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    # the attack's own passes (with grad) run at half precision; success checks are confirmed in fp32
+    model[1].register_forward_hook(lambda m, i, o: dtypes.append(o.dtype) if torch.is_grad_enabled() else None)
     x = torch.rand(32, 20, generator=torch.Generator().manual_seed(0))
     y = model(x).argmax(1)
     dtypes.clear()

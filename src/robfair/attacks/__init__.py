@@ -9,7 +9,7 @@ take input gradients only (no parameter ``.grad``), run the model in eval mode a
 """
 
 from .autoattack import AutoAttack
-from .base import Attack, as_eps, eval_mode, per_sample_loss, project, random_start
+from .base import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
 from .pgd import FGSM, PGD
 from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name
 from .trades import TradesKL
@@ -17,6 +17,9 @@ from .trades import TradesKL
 __all__ = [
     "ATTACKS",
     "Attack",
+    "AttackResult",
+    "NEVER",
+    "STEP_UNKNOWN",
     "AutoAttack",
     "FGSM",
     "PGD",

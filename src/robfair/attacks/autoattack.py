@@ -17,21 +17,28 @@ What the wrapper adds:
   calls ``backward()``, so parameter ``.grad`` are saved and put back; AutoAttack reseeds the global
   RNG, so it runs inside ``torch.random.fork_rng`` and the caller's RNG state is untouched. The seed
   comes from ``generator`` when one is given (deterministic), else from ``seed``.
+- **Its own reliability flags are returned, not printed.** The official checks (randomized or
+  dynamic defense, probability outputs, zero gradients, Square beating the gradient attacks, too
+  many target classes) log through the ``auto-attack`` logger or ``warnings.warn``; :meth:`run`
+  collects them into ``AttackResult.warnings`` (one line each, prefixed ``autoattack:``) and
+  nothing reaches stderr. ``x_adv`` alone (``attack(...)``) logs them at WARNING through robfair's logger.
 - ``early_exit`` has no effect: AutoAttack always attacks only the points still robust.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
-from typing import Any, Sequence
+import warnings
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import AttackError
-from .base import NORMS, Attack, check_choice, project
+from .base import NEVER, NORMS, STEP_UNKNOWN, Attack, AttackResult, check_choice, project
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +84,23 @@ class AutoAttack(Attack):
         self.batch_size = batch_size
         self.name = name or "-".join(["autoattack"] + ([self.version] if self.version != "standard" else [])
                                      + (["l2"] if self.norm == "l2" else []))
+
+    def perturb_result(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
+                       generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
+        with _capture_flags() as flags:
+            x_adv = self.perturb(model, x, y, eps, generator=generator, early_exit=early_exit)
+        msgs = list(dict.fromkeys(flags))  # once each, in order
+        n = x.shape[0]
+        if not predict:
+            for m in msgs:
+                log.warning(m)
+            none = torch.full((n,), NEVER, dtype=torch.long, device=x.device)
+            return AttackResult(x_adv, none, none.bool(), none, none.clone(), msgs)
+        with torch.no_grad():
+            pred = self.logits_fp32(model, x_adv).argmax(1)
+        fooled = pred != y
+        step = torch.where(fooled, STEP_UNKNOWN, NEVER).long()
+        return AttackResult(x_adv, pred, fooled, step, torch.full_like(step, NEVER), msgs)
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
                 generator: torch.Generator | None, early_exit: bool) -> torch.Tensor:
@@ -136,6 +160,44 @@ class AutoAttack(Attack):
         else:
             res = aa.run_standard_evaluation(x, y, bs=bs)
         return (res[0] if isinstance(res, tuple) else res).detach()
+
+
+class _Collect(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(_flag(record.getMessage()))
+
+
+def _flag(msg: str) -> str:
+    line = " ".join(str(msg).split())
+    return line if line.startswith("autoattack") else f"autoattack: {line}"
+
+
+@contextlib.contextmanager
+def _capture_flags() -> Iterator[list[str]]:
+    """Collect what the official code reports at WARNING or above (its ``auto-attack`` logger and
+    ``warnings.warn``) instead of letting it reach stderr."""
+    sink: list[str] = []
+    logger = logging.getLogger("auto-attack")
+    handler = _Collect(sink)
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield sink
+        for w in caught:  # the official checks warn with the bare Warning class; pass anything else on
+            if type(w.message) is Warning or "autoattack" in str(w.filename):
+                sink.append(_flag(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved
 
 
 class _Adapter(nn.Module):

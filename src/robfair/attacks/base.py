@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -93,6 +94,40 @@ def per_sample_loss(logits: torch.Tensor, y: torch.Tensor, loss: str = "ce", *, 
     return z_y - others if targeted else others - z_y
 
 
+#: ``fooled_step`` of a sample no iterate fooled.
+NEVER = -1
+#: ``fooled_step`` of a fooled sample whose attack does not record steps (AutoAttack, TRADES-KL).
+STEP_UNKNOWN = -2
+
+
+@dataclass
+class AttackResult:
+    """What :meth:`Attack.run` returns.
+
+    x_adv: the adversarial batch (detached, in [0, 1], inside each sample's ball).
+    adv_pred: (N,) int64, the model's prediction at ``x_adv``, taken from the logits the attack
+        itself computed (no second forward). Under ``bf16`` / ``fp16`` every prediction that decides
+        success is confirmed in fp32 (the model at its own dtype, autocast off), so reduced precision
+        never counts a sample as fooled that fp32 would not.
+    fooled: (N,) bool, the attack's success criterion held at ``x_adv`` (untargeted: ``adv_pred != y``).
+    fooled_step: (N,) int64, the iterate at which the sample was first fooled (0 = the start,
+        ``k`` = after k steps), :data:`NEVER` (-1) if never, :data:`STEP_UNKNOWN` (-2) for a fooled
+        sample of an attack that does not record steps.
+    fooled_run: (N,) int64, the restart (or target run) that fooled the sample, -1 if none/unknown.
+    warnings: messages the attack raised about its own reliability (e.g. AutoAttack's flags).
+    """
+
+    x_adv: torch.Tensor
+    adv_pred: torch.Tensor
+    fooled: torch.Tensor
+    fooled_step: torch.Tensor
+    fooled_run: torch.Tensor
+    warnings: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.x_adv.shape[0])
+
+
 class Attack:
     """Base class: validates inputs, converts epsilon, enters eval mode and enables gradients, then
     calls :meth:`perturb`. Subclasses implement ``perturb(model, x, y, eps, *, generator, early_exit)``
@@ -101,7 +136,7 @@ class Attack:
     precision: ``"fp32"`` adds no autocast (the model runs at its own dtype; an autocast the caller
     entered still applies), ``"bf16"`` / ``"fp16"`` run the forward under ``torch.autocast`` on the
     input's device type (bf16 is the safer choice: fp16 input gradients can underflow); losses are
-    computed in fp32. Success checks use the logits at this precision.
+    computed in fp32. A success seen at reduced precision is confirmed in fp32 (see :class:`AttackResult`).
     """
 
     name: str = "attack"
@@ -125,11 +160,24 @@ class Attack:
     # -- the call ------------------------------------------------------------------------------
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                  generator: torch.Generator | None = None, early_exit: bool = False) -> torch.Tensor:
-        """Return ``x_adv`` (detached, in [0, 1], ``||x_adv_i - x_i|| <= eps_i``)."""
+        """Return ``x_adv`` (detached, in [0, 1], ``||x_adv_i - x_i|| <= eps_i``). Use :meth:`run`
+        for the predictions and the step of first success as well."""
+        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False).x_adv
+
+    def run(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
+            generator: torch.Generator | None = None, early_exit: bool = False) -> AttackResult:
+        """Attack the batch and return an :class:`AttackResult`: ``x_adv``, the prediction there
+        (from the attack's own logits, confirmed in fp32 under reduced precision), whether the
+        sample was fooled and at which step."""
+        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=True)
+
+    def _execute(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
+                 generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
         x, y = check_inputs(x, y)
         eps_t = as_eps(eps, x)
         if x.shape[0] == 0:
-            return x.clone()
+            empty = torch.empty(0, dtype=torch.long, device=x.device)
+            return AttackResult(x.clone(), empty, empty.bool(), empty, empty.clone())
         if torch.is_inference_mode_enabled():
             raise AttackError("attacks need input gradients; call the attack outside torch.inference_mode()")
         if isinstance(model, nn.parallel.DistributedDataParallel):
@@ -137,12 +185,37 @@ class Attack:
             # broadcast): ranks that exit early after different numbers of steps would deadlock
             model = model.module
         with eval_mode(model), torch.enable_grad():
-            x_adv = self.perturb(model, x, y, eps_t, generator=generator, early_exit=early_exit)
-        return x_adv.detach()
+            res = self.perturb_result(model, x, y, eps_t, generator=generator, early_exit=early_exit,
+                                      predict=predict)
+        res.x_adv = res.x_adv.detach()
+        return res
+
+    def perturb_result(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
+                       generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
+        """The attack proper (inputs validated, eval mode, gradients on). The default runs
+        :meth:`perturb` and, when ``predict``, one fp32 forward at ``x_adv``; attacks that see their
+        own logits (PGD) override it. Without ``predict`` only ``x_adv`` is meaningful."""
+        x_adv = self.perturb(model, x, y, eps, generator=generator, early_exit=early_exit)
+        n = x.shape[0]
+        if not predict:
+            none = torch.full((n,), NEVER, dtype=torch.long, device=x.device)
+            return AttackResult(x_adv, none, none.bool(), none, none.clone())
+        with torch.no_grad():
+            pred = self.logits_fp32(model, x_adv).argmax(1)
+        fooled = self.success(pred, y)
+        step = torch.where(fooled, STEP_UNKNOWN, NEVER).long()
+        return AttackResult(x_adv, pred, fooled, step, torch.full_like(step, NEVER), list(self._warnings()))
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
                 generator: torch.Generator | None, early_exit: bool) -> torch.Tensor:
         raise NotImplementedError
+
+    def success(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(N,) bool: the attack succeeded given the predictions (untargeted: misclassified)."""
+        return pred == y if getattr(self, "targeted", False) else pred != y
+
+    def _warnings(self) -> list[str]:
+        return []
 
     # -- helpers for subclasses ------------------------------------------------------------------
     def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -155,6 +228,13 @@ class Attack:
         if z.dtype in (torch.float16, torch.bfloat16):
             z = z.float()
         return z
+
+    def logits_fp32(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``model(x)`` at the model's own dtype with autocast off (an autocast the caller entered
+        included): the precision that confirms success under bf16 / fp16."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            z = model(x)
+        return z.float() if z.dtype in (torch.float16, torch.bfloat16) else z
 
     def __repr__(self) -> str:
         keys = [k for k in vars(self) if not k.startswith("_") and k != "family"] + ["precision"]

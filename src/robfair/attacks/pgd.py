@@ -5,8 +5,10 @@ Evaluation semantics (``keep="first-success"``, the default)
     iterate (predicted == target when targeted) is *fooled*, and the returned ``x_adv`` is its
     **first** fooling iterate, frozen. A sample never fooled gets its final iterate. With restarts,
     the first restart that fools a sample wins, and a sample no restart fools gets the final iterate
-    of the restart with the highest loss. Success is judged on the logits the attack computes (at
-    its ``precision``); callers count outcomes by re-evaluating ``x_adv`` as usual.
+    of the restart with the highest loss. Success is judged on the logits the attack computes
+    itself: :meth:`~robfair.attacks.Attack.run` returns them as ``adv_pred`` with the step and
+    restart of first success (no second forward). Under ``bf16`` / ``fp16`` a success is confirmed
+    in fp32 before it counts, and the last iterate is checked in fp32.
 
     The check at iterate ``t`` reuses the logits of the forward pass that computes the gradient at
     ``t``; only the last iterate needs one extra forward. PGD-k therefore costs k forward+input-grad
@@ -30,8 +32,8 @@ import torch
 from torch import nn
 
 from ..errors import AttackError
-from .base import (LOSSES, NORMS, Attack, as_eps, ascent_step, check_choice, per_sample_loss, project,
-                   random_start)
+from .base import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice,
+                   per_sample_loss, project, random_start)
 
 KEEPS = ("first-success", "last")
 
@@ -104,70 +106,116 @@ class PGD(Attack):
             return eps * self.rel_step
         return as_eps(self.step, x, what="step")
 
-    def fooled(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(N,) bool: the attack succeeded on these logits."""
-        pred = logits.argmax(1)
-        return pred == y if self.targeted else pred != y
-
     # -- the attack ----------------------------------------------------------------------------
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
                 generator: torch.Generator | None, early_exit: bool) -> torch.Tensor:
+        return self.perturb_result(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False).x_adv
+
+    def perturb_result(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
+                       generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
         if early_exit and self.keep == "last":
             raise AttackError("early_exit freezes samples at their first success, which keep='last' does not want; "
                               "use early_exit=False for training or keep='first-success' for evaluation")
         step = self.step_sizes(eps, x)
         n = x.shape[0]
-        out = x.clone()
-        done = torch.zeros(n, dtype=torch.bool, device=x.device)  # fooled: out holds the frozen iterate
-        best = torch.full((n,), float("-inf"), dtype=torch.float64, device=x.device)  # loss of out (not fooled)
+        st = _State(x, n)
         for r in range(self.restarts):
             # Always drawn for the full batch: the same starts (and generator state afterwards)
             # whichever samples are still active.
             start = random_start(x, eps, self.norm, generator) if self.random_start else x
             idx = None
             if early_exit:
-                idx = (~done).nonzero().squeeze(1)
+                idx = (~st.done).nonzero().squeeze(1)
                 if idx.numel() == 0:
                     continue
-            self._restart(model, x, y, eps, step, start, idx, out, done, best, first=r == 0)
-        return out
+            self._restart(model, x, y, eps, step, start, idx, st, r)
+        if predict and self.keep == "last" and self.restarts == 1:  # training path asked for predictions
+            with torch.no_grad():
+                st.pred.copy_(self.logits_fp32(model, st.out).argmax(1))
+            fooled = self.success(st.pred, y)
+            st.done.copy_(fooled)
+            st.step.copy_(torch.where(fooled, self.steps, NEVER))
+            st.run.copy_(torch.where(fooled, 0, NEVER))
+        return AttackResult(st.out, st.pred, st.done, st.step, st.run)
 
-    def _restart(self, model, x, y, eps, step, xa, idx, out, done, best, *, first: bool) -> None:
-        """One restart over the active samples ``idx`` (None: all), updating ``out``/``done``/``best``."""
+    def _confirmed(self, model: nn.Module, xa: torch.Tensor, y: torch.Tensor, z: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(fooled, pred) from the attack's logits ``z`` at ``xa``; under bf16 / fp16 the samples
+        that look fooled are re-checked in fp32 and count only if fp32 agrees."""
+        pred = z.argmax(1)
+        fooled = self.success(pred, y)
+        if self.precision != "fp32" and bool(fooled.any()):
+            cand = fooled.nonzero().squeeze(1)
+            with torch.no_grad():
+                p32 = self.logits_fp32(model, xa[cand]).argmax(1)
+            pred = pred.clone()
+            pred[cand] = p32
+            fooled = fooled.clone()
+            fooled[cand] = self.success(p32, y[cand])
+        return fooled, pred
+
+    def _restart(self, model, x, y, eps, step, xa, idx, st: "_State", r: int) -> None:
+        """One restart over the active samples ``idx`` (None: all), updating the state ``st``."""
         track = self.keep == "first-success"
         if idx is not None:
             x, y, eps, step, xa = x[idx], y[idx], eps[idx], step[idx], xa[idx]
         xa = xa.detach()
-        for _ in range(self.steps):
+        for t in range(self.steps):
             xa.requires_grad_(True)
             z = self.logits(model, xa)
             loss = per_sample_loss(z, y, self.loss, targeted=self.targeted, temperature=self.temperature)
             (grad,) = torch.autograd.grad(loss.sum(), xa)
             xa = xa.detach()
             if track:
-                fooled = self.fooled(z.detach(), y)
+                fooled, pred = self._confirmed(model, xa, y, z.detach())
                 if idx is None:
-                    _freeze(out, done, None, fooled, xa)
+                    st.freeze(None, fooled, xa, pred, t, r)
                 elif bool(fooled.any()):  # early exit: freeze the fooled samples, then drop them
-                    _freeze(out, done, idx, fooled, xa)
+                    st.freeze(idx, fooled, xa, pred, t, r)
                     live = ~fooled
-                    idx, x, y, eps, step, xa, grad = (t[live] for t in (idx, x, y, eps, step, xa, grad))
+                    idx, x, y, eps, step, xa, grad = (v[live] for v in (idx, x, y, eps, step, xa, grad))
                     if idx.numel() == 0:
                         return
             xa = project(ascent_step(xa, grad, step, self.norm), x, eps, self.norm)
         if not track and self.restarts == 1:  # training: the plain last iterate, no extra forward
-            out.copy_(xa)
+            st.out.copy_(xa)
             return
         with torch.no_grad():
-            z = self.logits(model, xa)
+            z = self.logits(model, xa) if self.precision == "fp32" else self.logits_fp32(model, xa)
             loss = per_sample_loss(z, y, self.loss, targeted=self.targeted, temperature=self.temperature)
-        fooled = self.fooled(z, y)
-        prev_done = done if idx is None else done[idx]
-        _freeze(out, done, idx, fooled, xa)
-        prev_best = best if idx is None else best[idx]
-        better = ~fooled & ~prev_done & ((loss.double() > prev_best) | first)
-        _put(out, idx, better, xa)
-        _put(best, idx, better, loss.double())
+        pred = z.argmax(1)
+        fooled = self.success(pred, y)
+        prev_done = st.done if idx is None else st.done[idx]
+        st.freeze(idx, fooled, xa, pred, self.steps, r)
+        prev_best = st.best if idx is None else st.best[idx]
+        better = ~fooled & ~prev_done & ((loss.double() > prev_best) | (r == 0))
+        _put(st.out, idx, better, xa)
+        _put(st.pred, idx, better, pred)
+        _put(st.best, idx, better, loss.double())
+
+
+class _State:
+    """Per-sample results of a PGD run: the returned point, its prediction, whether (and at which
+    step and restart) it was first fooled, and the best loss of a point not fooled."""
+
+    def __init__(self, x: torch.Tensor, n: int) -> None:
+        dev = x.device
+        self.out = x.clone()
+        self.pred = torch.full((n,), NEVER, dtype=torch.long, device=dev)
+        self.done = torch.zeros(n, dtype=torch.bool, device=dev)  # fooled: out holds the frozen iterate
+        self.step = torch.full((n,), NEVER, dtype=torch.long, device=dev)
+        self.run = torch.full((n,), NEVER, dtype=torch.long, device=dev)
+        self.best = torch.full((n,), float("-inf"), dtype=torch.float64, device=dev)  # loss of out (not fooled)
+
+    def freeze(self, idx: torch.Tensor | None, fooled: torch.Tensor, xa: torch.Tensor, pred: torch.Tensor,
+               t: int, r: int) -> None:
+        """Record the first fooling iterate (step ``t`` of restart ``r``) of samples not fooled before."""
+        new = fooled & ~(self.done if idx is None else self.done[idx])
+        _put(self.out, idx, new, xa)
+        _put(self.pred, idx, new, pred)
+        _put(self.step, idx, new, torch.full_like(pred, t))
+        _put(self.run, idx, new, torch.full_like(pred, r))
+        _put(self.done, idx, new, new)
 
 
 def _put(dst: torch.Tensor, idx: torch.Tensor | None, mask: torch.Tensor, src: torch.Tensor) -> None:
@@ -184,14 +232,6 @@ def _put(dst: torch.Tensor, idx: torch.Tensor | None, mask: torch.Tensor, src: t
 def _where_put(dst: torch.Tensor, mask: torch.Tensor, src: torch.Tensor) -> None:
     """``dst[mask] = src[mask]`` without a device sync (no data-dependent shapes)."""
     dst.copy_(torch.where(mask.reshape((-1,) + (1,) * (dst.dim() - 1)), src, dst))
-
-
-def _freeze(out: torch.Tensor, done: torch.Tensor, idx: torch.Tensor | None, fooled: torch.Tensor,
-            xa: torch.Tensor) -> None:
-    """Record the first fooling iterate of samples not fooled before."""
-    new = fooled & ~(done if idx is None else done[idx])
-    _put(out, idx, new, xa)
-    _put(done, idx, new, new)
 
 
 class FGSM(PGD):

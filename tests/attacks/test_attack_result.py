@@ -1,0 +1,124 @@
+"""Attack.run -> AttackResult: the attack's own logits decide success, and they equal a re-evaluation."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+from robfair.attacks import NEVER, PGD, STEP_UNKNOWN, AttackResult, get_attack
+
+
+def _data(model, n=300, seed=0, d=20):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, d, generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    y[: n // 10] = (y[: n // 10] + 1) % 5  # some clean mistakes: fooled at the start (step 0)
+    return x, y
+
+
+@pytest.mark.parametrize("name", ["pgd10", "pgd6-cw-r3", "fgsm", "rs-fgsm", "pgd5-l2", "trades-kl", "pgd0"])
+@pytest.mark.parametrize("early_exit", [False, True])
+def test_predictions_equal_an_fp32_reevaluation(mlp_factory, name, early_exit):
+    model = mlp_factory(dtype=torch.float32)
+    x, y = _data(model)
+    eps = torch.linspace(0, 0.8 if "l2" in name else 0.2, len(y))
+    atk = get_attack(name)
+    res = atk.run(model, x, y, eps, generator=torch.Generator().manual_seed(4), early_exit=early_exit and name != "trades-kl")
+    assert isinstance(res, AttackResult) and len(res) == len(y)
+    with torch.no_grad():
+        again = model(res.x_adv).argmax(1)
+    assert torch.equal(res.adv_pred, again)
+    assert torch.equal(res.fooled, again != y)
+    assert 0.1 < res.fooled.double().mean() < 0.95
+    # __call__ is the same attack, returning x_adv only
+    x_adv = atk(model, x, y, eps, generator=torch.Generator().manual_seed(4), early_exit=early_exit and name != "trades-kl")
+    assert torch.equal(x_adv, res.x_adv)
+    if name == "trades-kl":
+        assert torch.all(res.fooled_step[res.fooled] == STEP_UNKNOWN)
+    else:
+        assert torch.all(res.fooled_step[res.fooled] >= 0) and torch.all(res.fooled_run[res.fooled] >= 0)
+        assert torch.all(res.fooled_step[(y != model(x).argmax(1))] == 0)  # clean mistakes: the start
+    assert torch.all(res.fooled_step[~res.fooled] == NEVER)
+
+
+def test_fooled_step_is_the_first_fooling_iterate(mlp_factory):
+    """Reference: PGD-j with keep='last' is iterate j; fooled_step must be the first j that fools."""
+    model = mlp_factory()
+    x = torch.rand(200, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    y = model(x).argmax(1)
+    eps, K = 0.15, 8
+    iterates = [PGD(j, rel_step=1.0, keep="last")(model, x, y, eps, generator=torch.Generator().manual_seed(3))
+                for j in range(K + 1)]
+    fooled = torch.stack([model(it).argmax(1) != y for it in iterates])
+    first = torch.where(fooled.any(0), fooled.double().argmax(0), torch.full_like(y, NEVER))
+    res = PGD(K, rel_step=1.0).run(model, x, y, eps, generator=torch.Generator().manual_seed(3), early_exit=True)
+    assert (first > 1).any() and (first == NEVER).any()
+    assert torch.equal(res.fooled_step, first)
+
+
+def test_restart_of_first_success_is_recorded(mlp_factory):
+    model = mlp_factory()
+    x = torch.rand(300, 20, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = model(x).argmax(1)
+    res = PGD(2, restarts=4).run(model, x, y, 0.12, generator=torch.Generator().manual_seed(0))
+    # a sample fooled in restart r was not fooled by any earlier restart: rerun with r restarts
+    for r in range(1, 4):
+        fewer = PGD(2, restarts=r).run(model, x, y, 0.12, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(fewer.fooled, res.fooled & (res.fooled_run < r))
+    assert (res.fooled_run > 0).any()
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_reduced_precision_never_counts_a_sample_fp32_would_not(precision):
+    """Near-ties: an MLP whose logits are all close, so bf16 / fp16 and fp32 disagree on some x_adv."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
+    with torch.no_grad():
+        model[2].weight.mul_(0.02)
+        model[2].bias.zero_()
+        model[2].bias.add_(30.0)  # large common offset: half precision cannot resolve the differences
+    x = torch.rand(2000, 20, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    atk = PGD(5, precision=precision)
+    res = atk.run(model, x, y, 0.05, generator=torch.Generator().manual_seed(2), early_exit=True)
+    with torch.no_grad():
+        p32 = model(res.x_adv).argmax(1)
+        with torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision]):
+            p_half = model(res.x_adv).float().argmax(1)
+    assert (p_half != p32).any()  # the situation really arises
+    assert torch.equal(res.adv_pred, p32)
+    assert torch.equal(res.fooled, p32 != y)
+
+
+def test_autoattack_flags_are_returned_not_printed(capfd):
+    pytest.importorskip("pyautoattack")
+    from robfair.attacks import AutoAttack
+
+    class Probs(torch.nn.Module):  # outputs probabilities: AutoAttack's own check flags it
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3 * 4 * 4, 4)
+
+        def forward(self, x):
+            return self.lin(x.flatten(1)).softmax(1)
+
+    torch.manual_seed(0)
+    model = Probs()
+    x = torch.rand(6, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    y = model(x).argmax(1)
+    atk = AutoAttack(attacks=["apgd-ce"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing may escape as a Python warning either
+        res = atk.run(model, x, y, 0.01, generator=torch.Generator().manual_seed(0))
+    assert any("probability distribution" in w for w in res.warnings), res.warnings
+    assert all(w.startswith("autoattack: ") and "\n" not in w for w in res.warnings)
+    out, err = capfd.readouterr()
+    assert "probability" not in err and "probability" not in out
+    assert not logging.getLogger("auto-attack").handlers
+    with torch.no_grad():
+        assert torch.equal(res.adv_pred, model(res.x_adv).argmax(1))
