@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "audit": ("robfair.audit", "audit"),
     "AuditReport": ("robfair.audit", "AuditReport"),
+    "certify": ("robfair.certify", "certify"),
+    "CertifyReport": ("robfair.certify", "CertifyReport"),
     "GroupReport": ("robfair.metrics", "GroupReport"),
     "Dataset": ("robfair.data", "Dataset"),
     "load_dataset": ("robfair.data", "load_dataset"),

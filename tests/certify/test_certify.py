@@ -1,0 +1,319 @@
+"""Randomized smoothing (robfair certify): exact linear oracle, Clopper-Pearson against scipy, abstention,
+determinism and exact resume, the GroupReport bridge, outcomes, the attack check, gaussian-aug, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import beta, binom, binomtest, norm
+from torch import nn
+
+from _shared import run_cli
+from robfair import certify as C
+from robfair.data import Dataset
+from robfair.errors import RobfairError
+
+SIGMA = 0.25
+
+
+class Linear2(nn.Module):
+    """f(x) = 1 if w.x + b > 0 else 0, as two logits (-z/2, z/2)."""
+
+    def __init__(self, w: torch.Tensor, b: float):
+        super().__init__()
+        self.w = nn.Parameter(w.clone())
+        self.b = float(b)
+
+    def forward(self, x):
+        z = x.flatten(1) @ self.w + self.b
+        return torch.stack([-z / 2, z / 2], 1)
+
+
+def linear_problem(n=120, d=16, seed=0, max_dist=2 * SIGMA):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, generator=g)
+    b = -0.5 * float(w.sum())
+    x = torch.rand(4 * n, 1, 4, 4, generator=g)
+    z = x.flatten(1) @ w + b
+    dist = z.abs() / w.norm()
+    keep = torch.nonzero((dist < max_dist) & (dist > 0.02 * SIGMA)).flatten()[:n]  # p_A in (0.5, Phi(2))
+    x, z, dist = x[keep], z[keep], dist[keep]
+    ds = Dataset(x=x, y=(z > 0).long(), classes=["neg", "pos"], name="linear")
+    return Linear2(w, b), ds, dist.double().numpy()
+
+
+# ---------------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("k,n,alpha", [(0, 10, 0.05), (1, 10, 0.05), (7, 10, 0.001), (10, 10, 0.001),
+                                       (99_990, 100_000, 0.001), (512, 1000, 0.01), (3, 3, 0.2)])
+def test_clopper_pearson_equals_scipy(k, n, alpha):
+    # independent implementation: scipy's exact binomial interval at two-sided level 1 - 2 alpha
+    ref = binomtest(k, n).proportion_ci(confidence_level=1 - 2 * alpha, method="exact")
+    assert C.cp_lower(k, n, alpha) == pytest.approx(ref.low, rel=1e-10, abs=1e-14)
+    assert C.cp_upper(k, n, alpha) == pytest.approx(ref.high, rel=1e-10, abs=1e-14)
+    if 0 < k:
+        assert C.cp_lower(k, n, alpha) == pytest.approx(beta.ppf(alpha, k, n - k + 1), rel=1e-12)
+
+
+def test_clopper_pearson_is_vectorized_and_checked():
+    k = np.array([0, 5, 10])
+    lo = C.cp_lower(k, 10, 0.01)
+    assert lo.shape == (3,) and lo[0] == 0 and np.all(np.diff(lo) > 0)
+    with pytest.raises(RobfairError):
+        C.cp_lower(11, 10, 0.01)
+    with pytest.raises(RobfairError):
+        C.cp_lower(1, 10, 1.5)
+
+
+def test_coverage_of_the_lower_bound():
+    # P[p_true < lower bound] <= alpha over repeated binomial draws
+    rng = np.random.default_rng(0)
+    p, n, alpha = 0.8, 200, 0.05
+    k = rng.binomial(n, p, size=20_000)
+    miss = (C.cp_lower(k, n, alpha) > p).mean()
+    assert miss <= alpha + 3 * math.sqrt(alpha / 20_000)
+
+
+def test_radius_and_abstention_rule():
+    assert C.radius_from_p(0.5, SIGMA) == 0.0  # p_A <= 1/2: abstain, radius 0
+    assert C.radius_from_p(0.3, SIGMA) == 0.0
+    assert C.radius_from_p(np.nextafter(0.5, 1), SIGMA) > 0
+    assert C.radius_from_p(norm.cdf(1.3), SIGMA) == pytest.approx(1.3 * SIGMA, rel=1e-12)
+    assert C.max_radius(100_000, 0.001, SIGMA) == pytest.approx(SIGMA * norm.ppf(0.001 ** (1 / 100_000)), rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- the exact oracle
+def test_linear_oracle_exact_p_gives_the_boundary_distance():
+    model, ds, dist = linear_problem()
+    z = (ds.x.flatten(1) @ model.w + model.b).detach().double().numpy()
+    p_true = norm.cdf(np.abs(z) / (SIGMA * model.w.norm().item()))
+    assert np.allclose(C.radius_from_p(p_true, SIGMA), dist, rtol=1e-6, atol=1e-9)
+
+
+def test_linear_oracle_radius_is_a_lower_bound_and_tight():
+    model, ds, dist = linear_problem()
+    alpha = 0.001
+    rep = C.certify(model, ds, SIGMA, n0=100, n=20_000, alpha=alpha, batch_size=1000, device="cpu")
+    assert len(rep) == len(dist) == 120
+    # the smoothed classifier of a linear model is the model itself: never wrong, possibly abstaining
+    assert not ((rep.pred != ds.y.numpy()) & ~rep.abstain).any()
+    over = rep.radius > dist + 1e-9
+    # radius <= true distance for (1 - alpha) of samples (binomial slack at 1e-4)
+    assert over.sum() <= binom.ppf(1 - 1e-4, len(dist), alpha)
+    # tight on average: with n = 20000 the Clopper-Pearson shortfall is ~0.04 sigma at p_A = 0.9; allow 0.1 sigma
+    shortfall = dist - rep.radius
+    assert 0 < shortfall.mean() <= 0.1 * SIGMA
+    assert rep.abstain.mean() < 0.1
+
+
+def test_a_plug_in_radius_fails_the_oracle():
+    # the oracle test can fail: sigma * Phi^-1(p_hat) without the confidence bound overshoots about half the time
+    model, ds, dist = linear_problem()
+    rep = C.certify(model, ds, SIGMA, n0=100, n=2000, alpha=0.001, device="cpu")
+    p_hat = rep.n_top / rep.n
+    naive = C.radius_from_p(np.minimum(p_hat, 1 - 1e-9), SIGMA)
+    assert (naive > dist + 1e-9).sum() > binom.ppf(1 - 1e-4, len(dist), 0.001)
+
+
+class Coin(nn.Module):
+    """Class 0 or 1 by the sign of the first pixel minus 1/2: p_A = 1/2 exactly at x_0 = 1/2."""
+
+    def forward(self, x):
+        z = x.flatten(1)[:, 0] - 0.5
+        return torch.stack([-z, z], 1)
+
+
+def test_abstains_when_the_top_class_is_a_coin_flip():
+    x = torch.full((6, 1, 2, 2), 0.5)
+    ds = Dataset(x=x, y=torch.tensor([0, 1, 0, 1, 0, 1]), classes=["a", "b"])
+    rep = C.certify(Coin(), ds, SIGMA, n0=50, n=2000, alpha=0.001, device="cpu")
+    assert rep.abstain.all() and (rep.radius == 0).all() and (rep.pred == C.ABSTAIN).all()
+    assert (rep.p_lower <= 0.5).all()
+    assert rep.table().loc["all", "abstain"] == 1.0
+    assert any("abstains" in w for w in rep.warnings)
+    # PREDICT abstains too (the top two counts do not differ significantly)
+    assert (C.predict(Coin(), x, SIGMA, n=2000, device="cpu") == C.ABSTAIN).all()
+
+
+# ---------------------------------------------------------------------------- determinism and resume
+def test_deterministic_under_seed_and_independent_of_the_other_samples():
+    model, ds, _ = linear_problem(n=40)
+    a = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=3, device="cpu")
+    b = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=3, device="cpu")
+    assert np.array_equal(a.n_top, b.n_top) and np.array_equal(a.radius, b.radius)
+    c = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=4, device="cpu")
+    assert not np.array_equal(a.n_top, c.n_top)
+    # a sample's noise depends on (seed, index, pass) only: certifying a subset gives its rows exactly
+    sub = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=300, seed=3, device="cpu", indices=[5, 17, 30])
+    assert np.array_equal(sub.n_top, a.n_top[[5, 17, 30]])
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
+    model, ds, _ = linear_problem(n=40)
+    kw = dict(n0=20, n=250, batch_size=100, seed=1, device="cpu")
+    full = C.certify(model, ds, SIGMA, **kw)
+    ck = tmp_path / "ck.npz"
+
+    def stop_after_first(stage, done, total):
+        if done >= 10:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        C.certify(model, ds, SIGMA, checkpoint=ck, progress=stop_after_first, **kw)
+    assert ck.exists()
+    with np.load(ck) as z:
+        assert 0 < z["done"].sum() < 40
+    seen = []
+    resumed = C.certify(model, ds, SIGMA, checkpoint=ck, progress=lambda s, d, t: seen.append(d), **kw)
+    assert seen[0] >= 10 and resumed.meta["resumed_samples"] >= 10
+    for f in ("n_top", "p_lower", "pred", "radius", "selected", "base_pred"):
+        assert np.array_equal(getattr(full, f), getattr(resumed, f)), f
+    # a checkpoint of other settings is refused, not silently mixed in
+    with pytest.raises(RobfairError, match="another model, data or settings"):
+        C.certify(model, ds, 0.5, checkpoint=ck, **kw)
+
+
+# ---------------------------------------------------------------------------- reports
+def small_report():
+    model, ds, _ = linear_problem(n=60)
+    ds.g = (torch.arange(len(ds)) % 3)
+    ds.groups = ["g0", "g1", "g2"]
+    return model, ds, C.certify(model, ds, SIGMA, n0=20, n=500, device="cpu", radii=[0, 0.1, 0.2])
+
+
+def test_group_report_bridge_and_tables_agree():
+    _, ds, rep = small_report()
+    t = rep.table("class")
+    for r in rep.radii:
+        gr = rep.report_at(r, by="class")
+        bc = gr.by_group.loc[list(rep.class_names)]
+        assert np.allclose(bc["rob_acc"].to_numpy(), t.loc[list(rep.class_names), f"cert@{r:g}"].to_numpy())
+        assert np.allclose(bc["rob_acc_lo"].to_numpy(), t.loc[list(rep.class_names), f"cert@{r:g}_lo"].to_numpy())
+        assert np.allclose(bc["clean_acc"].to_numpy(), t.loc[list(rep.class_names), "smoothed_acc"].to_numpy())
+        assert gr.overall["rob_acc"] == pytest.approx(rep.certified(r).mean())
+    tg = rep.table("group")
+    assert list(tg.index) == ["g0", "g1", "g2", "all"] and tg["n"].sum() == 2 * len(rep)
+    # certified accuracy is non-increasing in the radius, per class, in the curves too
+    cur = rep.curves("class")
+    assert (np.diff(cur.to_numpy(), axis=0) <= 1e-12).all()
+    gaps = rep.gaps(by="group", n_boot=200)
+    assert (gaps["worst_lo"] <= gaps["worst"] + 1e-12).all() and (gaps["gap_hi"] >= gaps["gap"] - 1e-12).all()
+    # median radius of the correct class: the 50% crossing of the class curve
+    for name in rep.class_names:
+        m = rep.y == rep.class_names.index(name)
+        assert t.loc[name, "median_radius"] == pytest.approx(np.median(np.where(rep.correct[m], rep.radius[m], 0)))
+
+
+def test_outcomes_round_trip_and_json(tmp_path):
+    _, _, rep = small_report()
+    p = rep.write_outcomes(tmp_path / "o.csv")
+    back = C.CertifyReport.read_outcomes(p)
+    for f in ("index", "y", "g", "n_top", "p_lower", "pred", "radius"):
+        assert np.array_equal(getattr(back, f), getattr(rep, f)), f
+    assert back.group_names == rep.group_names and back.radii == rep.radii
+    d = json.loads(json.dumps(rep.to_json(bootstrap=50)))
+    assert d["schema"] == "robfair.certify/1" and set(d["tables"]) == {"class", "group"}
+    from robfair.metrics import GroupReport
+
+    gr = GroupReport.from_json(d["reports"]["0.1"])
+    assert gr == rep.report_at(0.1, by="group")
+    with pytest.raises(RobfairError):
+        C.CertifyReport.read_outcomes(tmp_path / "missing.csv")
+
+
+def test_html_page_has_the_curves(tmp_path):
+    from robfair.report.certify import render_certify_html
+
+    _, _, rep = small_report()
+    page = render_certify_html({"lin<script>": rep.to_json(bootstrap=20)}, title="t")
+    assert "certified accuracy vs radius per class" in page and "data:image/png;base64," in page
+    assert "<script>" not in page  # labels are escaped
+
+
+# ---------------------------------------------------------------------------- the attack check
+def test_attack_check_is_quiet_on_true_certificates_and_fires_on_forged_ones():
+    model, ds, dist = linear_problem(n=40)
+    rep = C.certify(model, ds, SIGMA, n0=50, n=5000, device="cpu")
+    r = float(np.median(dist))
+    res = C.attack_check(model, ds, rep, r, per_class=20, noise_samples=16, n_predict=2000, device="cpu")
+    assert res["contradictions"] == 0 and not res["warnings"]
+    assert res["certified"] <= res["empirical_robust"]
+    # forge: claim every correct sample is certified far beyond its distance to the boundary
+    forged = C.CertifyReport(**{**{f: getattr(rep, f) for f in ("index", "y", "g", "base_pred", "selected", "n_top",
+                                                             "p_lower", "pred", "class_names")},
+                                "radius": np.where(rep.correct, 10.0, 0.0), "sigma": SIGMA, "n": rep.n})
+    res2 = C.attack_check(model, ds, forged, r, per_class=20, noise_samples=16, n_predict=2000, device="cpu")
+    assert res2["contradictions"] >= 3 and any("suspect" in w for w in forged.warnings)
+    assert res2["empirical_robust"] < res2["certified"]
+
+
+# ---------------------------------------------------------------------------- gaussian-aug
+def test_gaussian_aug_trains_on_seeded_noise():
+    from robfair.training import TrainConfig, TrainContext, build_method
+
+    from _shared import Recorder
+
+    m = build_method("gaussian-aug", {"sigma": 0.5})
+    assert m.default_attack is None
+    model = Recorder(3).train()
+    x, y = torch.rand(8, 1, 3, 4), torch.arange(8) % 3
+
+    def loss(seed):
+        m.ctx = TrainContext(cfg=TrainConfig(), device=torch.device("cpu"), num_classes=3, class_names=list("abc"),
+                             eps=0.0, generator=torch.Generator().manual_seed(seed))
+        return m.loss(model, x, y, y, m.ctx)
+
+    l1, l2, l3 = loss(1), loss(1), loss(2)
+    assert torch.equal(l1, l2) and not torch.equal(l1, l3)
+    seen = model.seen[0]
+    noise = seen - x
+    assert abs(noise.std().item() - 0.5) < 0.15 and (seen.min() < 0 or seen.max() > 1)  # unclipped
+    with pytest.raises(RobfairError):
+        build_method("gaussian-aug", {"sigma": 0})
+
+
+def test_gaussian_aug_config_loads():
+    from pathlib import Path
+
+    from robfair.training import load_config
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "gaussian-aug.yaml")
+    assert cfg.method == "gaussian-aug" and cfg.method_options["sigma"] == 0.25
+
+
+# ---------------------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    from robfair.models import create, save_checkpoint
+
+    torch.manual_seed(0)
+    net = create("mlp", 10, (1, 8, 8), hidden=[16])
+    p = tmp_path_factory.mktemp("ck") / "m.pt"
+    save_checkpoint(p, net, classes=[str(i) for i in range(10)])
+    return p
+
+
+def test_cli_certify_writes_json_outcomes_html(ckpt, tmp_path, capsys):
+    out = tmp_path / "c" / "certify.json"
+    code, stdout, err = run_cli(["certify", "--model", ckpt, "--data", "digits", "--per-class", "2", "--n0", "10",
+                                 "--n", "100", "--sigma", "0.25", "--out", out, "--html", tmp_path / "c.html",
+                                 "--bootstrap", "20"], capsys)
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["schema"] == "robfair.certify/1" and d["meta"]["n_samples"] == 20
+    assert (tmp_path / "c" / "certify_outcomes.csv").is_file() and (tmp_path / "c.html").is_file()
+    assert not list((tmp_path / "c").glob(".*partial*"))  # the resume checkpoint is gone after success
+    assert "certified accuracy" in stdout
+
+
+@pytest.mark.parametrize("args,msg", [(["--sigma", "0"], "sigma"), (["--alpha", "2"], "alpha"),
+                                      (["--check-radius", "0.1", "--check-attack", "pgd20"], "L2 attack"),
+                                      (["--html", "x.txt"], ".html")])
+def test_cli_bad_input_is_one_line_and_writes_nothing(ckpt, tmp_path, capsys, args, msg):
+    out = tmp_path / "certify.json"
+    code, _, err = run_cli(["certify", "--model", ckpt, "--n", "10", "--out", out, *args], capsys)
+    assert code == 2 and msg in err and len(err.strip().splitlines()) <= 3
+    assert not out.exists()
