@@ -317,3 +317,24 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(ckpt, tmp_path, capsys, ar
     code, _, err = run_cli(["certify", "--model", ckpt, "--n", "10", "--out", out, *args], capsys)
     assert code == 2 and msg in err and len(err.strip().splitlines()) <= 3
     assert not out.exists()
+
+
+def test_report_of_a_run_folder_shows_its_certificates(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    from reportkit import audit_report, write_run
+
+    from robfair.utils import write_json
+
+    _, _, rep = small_report()
+    run = write_run(tmp_path / "runs" / "lin", audit_report([(10, 9, 5), (10, 8, 2)], ["neg", "pos"]))
+    write_json(run / "certify.json", rep.to_json(bootstrap=20))
+    code, _, err = run_cli(["report", tmp_path / "runs", "--out", tmp_path / "r.html"], capsys)
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    assert "certified accuracy vs radius per class" in page and "certified (randomized smoothing, sigma 0.25" in page
+    (run / "certify.json").write_text("{}")
+    code, _, err = run_cli(["report", tmp_path / "runs", "--out", tmp_path / "r2.html"], capsys)
+    assert code == 2 and "not a robfair certify result" in err

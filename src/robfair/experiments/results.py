@@ -66,16 +66,19 @@ def load_entry(run_dir: Path, root: Path) -> RunEntry:
         raise RobfairError(f"run folder {run_dir} is not finished: {reason}")
     audit = read_audit(run_dir / "audit.json")
     eps_sweep = read_eps_sweep(run_dir / EPS_SWEEP_FILE)
+    from ..report.certify import read_certify
+
+    cert = read_certify(run_dir)
     if spec is not None:
         return RunEntry(name=spec.name, group=spec.group, seed=spec.seed, config=dict(spec.train),
-                        overrides=dict(spec.overrides), audit=audit, eps_sweep=eps_sweep, path=run_dir)
+                        overrides=dict(spec.overrides), audit=audit, eps_sweep=eps_sweep, path=run_dir, certify=cert)
     config = _read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     config.pop("run_info", None)
     name = run_dir.name if run_dir == root else run_dir.relative_to(root).as_posix()
     seed = config.get("seed")
     group = _SEED_SUFFIX.sub("", name) or name
     return RunEntry(name=name, group=group, seed=seed if isinstance(seed, int) else None, config=config,
-                    audit=audit, eps_sweep=eps_sweep, path=run_dir)
+                    audit=audit, eps_sweep=eps_sweep, path=run_dir, certify=cert)
 
 
 def load_runs(root: str | Path, *, skip_incomplete: bool = False) -> tuple[list[RunEntry], list[str]]:

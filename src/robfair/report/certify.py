@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
@@ -17,6 +18,24 @@ from .html import Figure, _mpl, _png, render_html
 from .tables import Table
 
 CERTIFY_FILE = "certify.json"
+
+
+def read_certify(run_dir: Path) -> dict | None:
+    """A run folder's ``certify.json`` (None when absent); RobfairError when it is not one."""
+    import json
+
+    from ..errors import RobfairError
+
+    p = Path(run_dir) / CERTIFY_FILE
+    if not p.exists():
+        return None
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        raise RobfairError(f"{p} is unreadable or not JSON; rerun `robfair certify --out {p}` or delete it") from None
+    if not isinstance(d, dict) or d.get("schema") != "robfair.certify/1":
+        raise RobfairError(f"{p} is not a robfair certify result; rerun `robfair certify --out {p}` or delete it")
+    return d
 
 
 def _pct(v: Any) -> str:

@@ -203,6 +203,12 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
         figs = [bars_figure(e), confusion_figure(e)] if figures else []
         if figures and e.eps_sweep:
             figs.append(eps_figure(e))
+        if e.certify:
+            from .certify import curves_figure, run_lines
+
+            lines += run_lines(e.certify)
+            if figures:
+                figs.append(curves_figure({e.name: e.certify}))
         out.append(RunSection(e.name, lines, figs, _config_lines(e)))
     return out
 

@@ -44,6 +44,7 @@ class RunEntry:
     overrides: dict[str, Any] = field(default_factory=dict)
     eps_sweep: list[Any] | None = None  # AuditReports at increasing eps
     path: Path | None = None
+    certify: dict[str, Any] | None = None  # certify.json (robfair certify), when the run has one
 
     def __post_init__(self) -> None:
         self.group = self.group or self.name
