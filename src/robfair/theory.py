@@ -254,7 +254,7 @@ def train_linear(x: Any, y: Any, *, eps: float = 0.0, norm: str = "linf", weight
     if q is None:
         raise ConfigError(f"unknown norm {norm!r}; choose one of: {', '.join(_DUAL)}")
     # start at the difference of class means (a good direction), small scale
-    w0 = (xt[yt > 0].mean(0) - xt[yt < 0].mean(0)) if (yt > 0).any() and (yt < 0).any() else torch.zeros(xt.shape[1])
+    w0 = (xt[yt > 0].mean(0) - xt[yt < 0].mean(0)) if (yt > 0).any() and (yt < 0).any() else torch.zeros(xt.shape[1], dtype=torch.float64)
     w = (0.1 * w0 / w0.norm().clamp_min(1e-12)).clone().requires_grad_(True)
     b = torch.zeros((), dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([w, b], lr=1, max_iter=max_iter, tolerance_grad=1e-10, tolerance_change=1e-14,
@@ -376,6 +376,9 @@ def gaussian_lab(d: int = 50, eta: float = 0.1, K: float = 2.0, eps: float = 0.0
     n_test = int(n if n_test is None else n_test)
     rng = np.random.default_rng(seed)
     x, y, _ = sample_group_mixture(n, d, eta, sigma, K, group_sizes=p, group_scales=scales, generator=rng)
+    if len(np.unique(np.asarray(y))) < 2:
+        raise ConfigError(f"the {n} training samples drawn hold only one class; pass a larger n (e.g. 20000) "
+                          "or another seed")
     xt, yt, gt = sample_group_mixture(n_test, d, eta, sigma, K, group_sizes=p, group_scales=scales, generator=rng)
     models = {}
     for model, e in (("natural", 0.0), ("robust", eps)):

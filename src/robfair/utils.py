@@ -19,6 +19,12 @@ import numpy as np
 
 from .errors import RobfairError
 
+#: bootstrap resamples a command may ask for (1e8 draws of a 10-class compare is 30 GiB)
+MAX_BOOTSTRAP = 100_000
+#: largest seed (numpy / torch accept 64 bits; beyond them the seed is an error deep in a run)
+MAX_SEED = 2**63 - 1
+#: longer "numbers" are refused before parsing (a 400-digit or deeply nested eps)
+MAX_NUMBER_CHARS = 64
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -29,13 +35,20 @@ def parse_number(text: str | float | int, what: str = "value", *, minimum: float
     if isinstance(text, bool):
         raise RobfairError(f"{what} must be a number, got {text!r}; write e.g. 0.1 or 8/255")
     if isinstance(text, (int, float)):
-        value = float(text)
+        try:
+            value = float(text)
+        except OverflowError:
+            raise RobfairError(f"{what} is too large; write e.g. 0.1 or 8/255") from None
     else:
         s = str(text).strip()
+        if len(s) > MAX_NUMBER_CHARS:
+            raise RobfairError(f"{what} is {len(s)} characters long; write a number such as 0.1 or 8/255")
         try:
             value = float(_eval_arith(ast.parse(s, mode="eval").body))
-        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError):
+        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError, MemoryError):
             raise RobfairError(f"{what} {s!r} is not a number; write e.g. 0.1 or 8/255") from None
+        except OverflowError:
+            raise RobfairError(f"{what} {s[:40]!r} is too large; write e.g. 0.1 or 8/255") from None
     if not math.isfinite(value):
         raise RobfairError(f"{what} must be finite, got {text!r}; write e.g. 0.1 or 8/255")
     if minimum is not None and value < minimum:
@@ -59,6 +72,22 @@ def parse_eps(text: str | float | int, what: str = "epsilon") -> float:
     return parse_number(text, what, minimum=0.0)
 
 
+def check_image_eps(eps: float, attacks: Any = ("pgd",), *, allow_large: bool = False, what: str = "--eps") -> float:
+    """Refuse an L-inf radius above 1 for [0, 1] images (every image is then reachable from every
+    other: a typo such as ``--eps 8`` for 8/255) unless ``allow_large`` (``--allow-large-eps``).
+    L2 attacks (``-l2``) are not capped: their radius scales with the input dimension."""
+    if allow_large or eps <= 1:
+        return eps
+    from .attacks import parse_attack_name
+
+    names = [attacks] if isinstance(attacks, str) else list(attacks or ["pgd"])
+    linf = [a for a in names if parse_attack_name(a)[1].get("norm", "linf") == "linf"]
+    if linf:
+        raise RobfairError(f"{what} {eps:g} is above 1, larger than the whole [0, 1] pixel range of an L-inf ball "
+                           f"({', '.join(linf[:3])}); write e.g. 8/255, or pass --allow-large-eps if you mean it")
+    return eps
+
+
 def resolve_device(device: str | None = "auto"):
     """``auto`` -> cuda if available, else mps, else cpu. Anything else is passed to ``torch.device``."""
     import torch
@@ -69,12 +98,26 @@ def resolve_device(device: str | None = "auto"):
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
+    text = str(device).strip()
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise RobfairError(f"device {device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RobfairError(f"device {device!r} was asked for but CUDA is not available; use --device cpu or auto")
+        dev = torch.device(text)
+    except (RuntimeError, TypeError, ValueError):
+        raise RobfairError(f"device {text[:40]!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda", "mps", "xpu"):
+        raise RobfairError(f"device {text[:40]!r} cannot run robfair; use auto, cpu, cuda or cuda:N")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RobfairError(f"device {text!r} was asked for but CUDA is not available; use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise RobfairError(f"device {text!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                               f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); pick one of them or use auto")
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise RobfairError(f"device {text!r} was asked for but MPS (Apple GPU) is not available on this "
+                               "machine; use --device cpu or auto")
+    if dev.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise RobfairError(f"device {text!r} was asked for but no Intel XPU is available; use --device cpu or auto")
     return dev
 
 
@@ -113,7 +156,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:  # mkstemp creates 0600; the result must honour the umask like any other new file
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -121,6 +167,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -14,7 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..utils import parse_eps
+from ..errors import ConfigError
+from ..inert import term
+from ..safeio import check_output_dir, check_output_file
+from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
 
 app = typer.Typer(
     add_completion=False,
@@ -72,13 +75,17 @@ def audit(
     eps: Optional[str] = typer.Option(None, help="Radius, e.g. 0.1 or 8/255 (default: the checkpoint's training eps, else 8/255)."),
     batch_size: int = typer.Option(256, min=1),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, mps."),
-    seed: int = typer.Option(0, help="Seeds the attacks' random starts."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds the attacks' random starts."),
     early_exit: bool = typer.Option(True, help="Stop attacking samples already fooled (same result, faster)."),
     precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 autocast."),
     channels_last: bool = typer.Option(False, help="Run convolutions in channels-last format."),
-    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for worst/gap intervals (0: none)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder)."),
+    bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals (0: none)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder). "
+                                       "A run folder's own audit.json is only replaced, with --overwrite, by an audit "
+                                       "of that run's best.pt on its split."),
     plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
+    allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1 ([0,1] images)."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute to group by: utkface race/gender/age, "
                                          "celeba any attribute, imagefolder a groups.csv column, npz g; class: the classes."),
     eps_sweep: Optional[str] = typer.Option(None, "--eps-sweep", help="START:STOP:N, e.g. 0:16/255:9: robust accuracy "
@@ -93,29 +100,42 @@ def audit(
     from ..eps_sweep import parse_eps_range
     from ..report.text import print_audit
 
+    from ..utils import check_image_eps, resolve_device
+
+    # everything that can be refused is refused before the first batch: outputs, device, numbers
+    out_path = _audit_out(out, model=model, split=split, overwrite=overwrite)
+    plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
+    if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
+        raise ConfigError("--out and --plot name the same file; give them different paths")
+    resolve_device(device)
     sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
-    out_path = _json_out(out)
+    if sweep_values:
+        check_image_eps(max(sweep_values), attack, allow_large=allow_large_eps, what="--eps-sweep")
     net, meta = load_checkpoint(model)
     eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
+    check_image_eps(eps_value, attack, allow_large=allow_large_eps)
     ds = load_dataset(data, split=split, groups=groups)
     _check_classes(meta, ds)
     with _progress() as p:
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p))
     rep.meta["checkpoint"] = str(model)
+    rep.meta["split"] = split
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
                                            batch_size=batch_size, device=device, seed=seed)
+    payload = {**rep.to_json(bootstrap=bootstrap), **extras} if out_path is not None else None
+    if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
+        from ..report.plots import classwise_bars
+
+        classwise_bars({model.stem: rep}, plot_path)
     if out_path is not None:
         from ..utils import write_json
 
-        write_json(out_path, {**rep.to_json(bootstrap=bootstrap), **extras})
-        console.print(f"wrote {out_path}")
-    if plot is not None:
-        from ..report.plots import classwise_bars
-
-        classwise_bars({model.stem: rep}, plot)
-        console.print(f"wrote {plot}")
+        write_json(out_path, payload)
+        console.print(f"wrote {term(out_path)}", highlight=False)
+    if plot_path is not None:
+        console.print(f"wrote {term(plot_path)}", highlight=False)
 
 
 def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: float, sweep_values, distances: bool,
@@ -162,7 +182,7 @@ def _cell_table(rep, *, title: str) -> Table:
         t.add_column(c, justify="right")
     pct = lambda v: "-" if v != v else f"{100 * v:.1f}"  # noqa: E731
     for (g, k), row in df.iterrows():
-        t.add_row(str(g), str(k), str(int(row["n"])),
+        t.add_row(term(g), term(k), str(int(row["n"])),
                   f"{pct(row['clean_acc'])} [{pct(row['clean_acc_lo'])}, {pct(row['clean_acc_hi'])}]",
                   f"{pct(row['rob_acc'])} [{pct(row['rob_acc_lo'])}, {pct(row['rob_acc_hi'])}]", pct(row["bndy_err"]))
     return t
@@ -175,7 +195,7 @@ def _fairness_line(rep) -> str:
             f"robust {100 * agg['rob_acc']['parity']:.1f} pts")
     if rep.num_classes == 2:
         eo = rep.equal_opportunity(positive=1)
-        line += (f"; equal opportunity (TPR of '{eo['positive']}') difference clean {100 * eo['clean_difference']:.1f} pts, "
+        line += (f"; equal opportunity (TPR of '{term(eo['positive'])}') difference clean {100 * eo['clean_difference']:.1f} pts, "
                  f"robust {100 * eo['robust_difference']:.1f} pts")
     return line
 
@@ -187,7 +207,7 @@ def _sweep_table(sweep) -> Table:
     t.add_column("eps", justify="right")
     names = list(sweep.reports[0].group_names)
     for name in names:
-        t.add_column(str(name), justify="right")
+        t.add_column(term(name), justify="right")
     t.add_column("all", justify="right")
     pct = lambda v: "-" if v != v else f"{100 * v:.1f}"  # noqa: E731
     for e, r in zip(sweep.eps, sweep.reports):
@@ -210,7 +230,7 @@ def _distance_table(dist) -> Table:
     for c in cols:
         t.add_column(c, justify="right")
     for name, row in summ.iterrows():
-        t.add_row(str(name), *[str(int(row[c])) if c in ("n", "censored") else f"{row[c]:.4g}" for c in cols])
+        t.add_row(term(name), *[str(int(row[c])) if c in ("n", "censored") else f"{row[c]:.4g}" for c in cols])
     return t
 
 
@@ -221,6 +241,40 @@ def _json_out(out: Optional[Path]) -> Optional[Path]:
     if out.suffix.lower() != ".json":
         out = out / "audit.json"
     return out
+
+
+def _run_split(run_dir: Path) -> str:
+    """The split a run folder's own audit.json is of: run.yaml's audit split, else test."""
+    try:
+        from ..experiments.config import RunSpec
+
+        return str(RunSpec.load(run_dir).audit.get("split", "test"))
+    except Exception:  # noqa: BLE001 - a train run folder has no run.yaml
+        return "test"
+
+
+def _audit_out(out: Optional[Path], *, model: Path, split: str, overwrite: bool) -> Optional[Path]:
+    """Where audit.json goes, checked before anything is computed: a run folder's own audit.json
+    is the run's result and only an audit of that run's best.pt on that run's split may replace it
+    (with --overwrite); an audit of another split or model is refused and pointed to another name."""
+    path = _json_out(out)
+    if path is None:
+        return None
+    from ..safeio import is_run_folder
+
+    run_dir = path.parent
+    if path.name == "audit.json" and is_run_folder(run_dir):
+        own = model.expanduser().resolve() == (run_dir / "checkpoints" / "best.pt").resolve()
+        run_split = _run_split(run_dir)
+        tag = f"{split}" if own else f"{model.expanduser().stem}-{split}"
+        alt = str(run_dir / f"audit-{tag}.json")
+        if not own or split != run_split:
+            why = f"split {split!r} (the run's is {run_split!r})" if own else f"another checkpoint ({model})"
+            raise ConfigError(f"--out {path} is the result of the run in {run_dir} (its best.pt on the "
+                              f"{run_split} split); an audit of {why} never replaces it - write it elsewhere, e.g. "
+                              f"--out {alt}")
+        return check_output_file(path, "--out", overwrite=overwrite, run_owned=True, alt=alt)
+    return check_output_file(path, "--out", overwrite=overwrite, suffixes=(".json",))
 
 
 def _checkpoint_eps(meta: dict) -> float:
@@ -243,15 +297,19 @@ def _check_classes(meta: dict, ds) -> None:
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Run folder."),
     eps: str = typer.Option("0.1", help="L-inf radius for training and the audit."),
-    epochs: int = typer.Option(30, min=1, help="Training epochs per model."),
-    seed: int = typer.Option(0),
+    epochs: int = typer.Option(30, min=1, max=10_000, help="Training epochs per model."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED),
     device: str = typer.Option("auto"),
+    allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1."),
 ) -> None:
     """Train a standard and a PGD-AT model on digits, audit both, show the class-wise gap."""
     from ..demo import run_demo
     from ..report.text import print_demo
+    from ..utils import check_image_eps, resolve_device
 
-    eps_value = parse_eps(eps)
+    check_output_dir(out, fix="choose another --out (or delete the old demo first)")
+    resolve_device(device)
+    eps_value = check_image_eps(parse_eps(eps), ("pgd", "fgsm"), allow_large=allow_large_eps)
     with _progress() as p:
         result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p))
     print_demo(console, result)

@@ -10,6 +10,8 @@ import typer
 from rich.table import Table as RichTable
 
 from ..errors import ConfigError, RobfairError
+from ..inert import term
+from ..utils import MAX_BOOTSTRAP, MAX_SEED
 from .app import app, console, err_console
 
 
@@ -24,9 +26,9 @@ def _status_table(rows: list[dict[str, Any]], title: str) -> RichTable:
         t.add_column(c, justify="left" if c in ("run", "status", "worst class") else "right")
     for r in rows:
         style = {"failed": "red", "running": "yellow", "pending": "dim"}.get(r["status"])
-        t.add_row(r["id"], r["status"] + (f" ({r['error']})" if r.get("error") and r["status"] == "failed" else ""),
+        t.add_row(term(r["id"]), r["status"] + (f" ({term(r['error'])})" if r.get("error") and r["status"] == "failed" else ""),
                   str(r["attempts"]), "-" if r["seconds"] is None else f"{r['seconds']:.0f}", _pct(r["clean_avg"]),
-                  _pct(r["clean_worst"]), _pct(r["rob_avg"]), _pct(r["rob_worst"]), str(r["worst_class"] or "-"),
+                  _pct(r["clean_worst"]), _pct(r["rob_avg"]), _pct(r["rob_worst"]), term(r["worst_class"] or "-"),
                   style=style)
     return t
 
@@ -60,14 +62,20 @@ def sweep(
     from ..experiments import load_study
     from ..experiments import sweep as run_sweep
 
+    from ..safeio import check_output_dir
+    from ..utils import resolve_device
+
     study = load_study(study_file)
+    check_output_dir(out if out is not None else study.out_dir, "--out", allow="study")
+    if device is not None:
+        resolve_device(device)
     state_names = {"new": "to run", "partial": "to resume", "complete": "done"}
 
     def on_plan(runs: list[Any]) -> None:
         counts = {k: sum(r.state == k for r in runs) for k in state_names}
         out_dir = runs[0].run_dir.parent if runs else study.out_dir
-        console.print(f"study [bold]{study.name}[/bold]: {len(runs)} runs ({counts['complete']} done, "
-                      f"{counts['partial']} to resume, {counts['new']} new) -> {out_dir}", highlight=False)
+        console.print(f"study [bold]{term(study.name)}[/bold]: {len(runs)} runs ({counts['complete']} done, "
+                      f"{counts['partial']} to resume, {counts['new']} new) -> {term(out_dir)}", highlight=False)
         if dry_run:
             t = RichTable(show_edge=False, pad_edge=False)
             t.add_column("run")
@@ -75,27 +83,27 @@ def sweep(
             t.add_column("method")
             t.add_column("hash")
             for r in runs:
-                t.add_row(r.name, state_names[r.state], str(r.spec.train.get("method")), r.spec.hash)
+                t.add_row(term(r.name), state_names[r.state], term(r.spec.train.get("method")), r.spec.hash)
             console.print(t)
 
     def on_finish(job: Any, row: Optional[dict[str, Any]], how: str) -> None:
         if row is None:
-            console.print(f"{how:>11} {job.name}", highlight=False)
+            console.print(f"{how:>11} {term(job.name)}", highlight=False)
             return
         extra = ""
         if row["status"] == "done":
             extra = (f" clean {_pct(row['clean_avg'])} (worst {_pct(row['clean_worst'])}), robust {_pct(row['rob_avg'])} "
-                     f"(worst {_pct(row['rob_worst'])}, {row['worst_class']})")
+                     f"(worst {_pct(row['rob_worst'])}, {term(row['worst_class'])})")
         elif row.get("error"):
-            extra = f": {row['error']}"
+            extra = f": {term(row['error'])}"
         secs = f" in {row['seconds']:.0f}s" if row.get("seconds") is not None and row["status"] == "done" else ""
-        console.print(f"{how:>11} {job.name}{secs}{extra}", highlight=False)
+        console.print(f"{how:>11} {term(job.name)}{secs}{extra}", highlight=False)
 
     result = run_sweep(study, out=out, backend=backend, workers=workers, gpus=_gpus(gpus), threads=threads,
                        device=device, partition=partition, retry_failed=retry_failed, dry_run=dry_run, wait=wait,
                        tensorboard=tensorboard, stale_after=stale_after, on_plan=on_plan, on_finish=on_finish)
     if result.skipped:
-        console.print(f"[yellow]skipping:[/yellow] {result.skipped}", highlight=False)
+        console.print(f"[yellow]skipping:[/yellow] {term(result.skipped)}", highlight=False)
         return
     if dry_run:
         return
@@ -104,10 +112,10 @@ def sweep(
         console.print(f"submitted {len(result.submitted)} runs as Slurm job array {', '.join(ids)}; re-run this command "
                       "(it skips finished runs) or `robfair report` when they are done", highlight=False)
         return
-    console.print(_status_table(result.rows, f"{study.name}: {len(result.done)}/{len(result.rows)} done"))
+    console.print(_status_table(result.rows, f"{term(study.name)}: {len(result.done)}/{len(result.rows)} done"))
     console.print(f"next: robfair report {result.out} --out {result.out}/report.html", highlight=False)
     if result.failed:
-        names = ", ".join(r["id"] for r in result.failed[:3])
+        names = ", ".join(term(r["id"]) for r in result.failed[:3])
         err_console.print(f"[red]{len(result.failed)} run(s) failed[/red] ({names}); see their worker.log; "
                           "fix and re-run with --retry-failed", highlight=False)
         raise typer.Exit(1)
@@ -119,9 +127,10 @@ def report(
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file; X.md and X_tables/*.csv are written beside it."),
     title: Optional[str] = typer.Option(None, help="Page title (default: the study name)."),
     baseline: Optional[str] = typer.Option(None, help="Setting to compute DAFA's rho against (default: the study's report.baseline)."),
-    bootstrap: Optional[int] = typer.Option(None, min=0, help="Bootstrap resamples for worst/gap intervals (default: the study's audit.bootstrap, else 1000)."),
+    bootstrap: Optional[int] = typer.Option(None, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals (default: the study's audit.bootstrap, else 1000)."),
     skip_incomplete: bool = typer.Option(False, "--skip-incomplete", help="Skip half-written runs with a warning instead of failing."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing report (HTML, Markdown, CSV tables)."),
 ) -> None:
     """One self-contained HTML page (tables of the FRL / CFA-DAFA / Benz layouts, figures, warnings) + Markdown + CSV."""
     from ..experiments import load_runs, study_info
@@ -129,26 +138,41 @@ def report(
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
+    _check_report_out(out, overwrite)
     entries, skipped = load_runs(runs_dir, skip_incomplete=skip_incomplete)
     info = study_info(runs_dir)
     rep_cfg = info.get("report") or {}
-    n_boot = bootstrap if bootstrap is not None else int((info.get("audit") or {}).get("bootstrap", 1000))
+    n_boot = bootstrap if bootstrap is not None else min(MAX_BOOTSTRAP, int((info.get("audit") or {}).get("bootstrap", 1000)))
     paths = write_report(entries, out, title=title or rep_cfg.get("title") or info.get("name") or Path(runs_dir).name,
                          description=info.get("description", ""), baseline=baseline or rep_cfg.get("baseline"),
                          n_boot=n_boot, figures=figures, extra_warnings=skipped)
     for w in skipped:
-        err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    console.print(f"{len(entries)} runs -> wrote {paths.html}, {paths.markdown} and {len(paths.tables)} CSV tables in "
-                  f"{paths.tables[0].parent if paths.tables else '-'}", highlight=False)
+        err_console.print(f"[yellow]warning:[/yellow] {term(w)}", highlight=False)
+    console.print(f"{len(entries)} runs -> wrote {term(paths.html)}, {term(paths.markdown)} and {len(paths.tables)} CSV "
+                  f"tables in {term(paths.tables[0].parent) if paths.tables else '-'}", highlight=False)
+
+
+def _check_report_out(out: Path, overwrite: bool) -> None:
+    """The HTML page, its Markdown twin and the CSV folder, checked before any run is read."""
+    from ..safeio import check_output_dir, check_output_file
+
+    html = check_output_file(out, "--out", overwrite=overwrite)
+    check_output_file(html.with_suffix(".md"), "--out (its Markdown twin)", overwrite=overwrite)
+    tables = html.parent / f"{html.stem}_tables"
+    if tables.exists() and not overwrite:
+        raise ConfigError(f"--out: {tables} already exists (the CSV tables of an earlier report); pass --overwrite "
+                          "to replace the report, or choose another --out")
+    check_output_dir(tables, "--out (its CSV folder)", overwrite=True)
 
 
 @app.command()
 def compare(
     runs: List[Path] = typer.Argument(..., help="Two or more run folders (or audit.json files); the first is the reference."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the comparison: .md, .csv or .json by suffix."),
-    bootstrap: int = typer.Option(2000, min=0, help="Bootstrap resamples for the worst-class and gap differences."),
+    bootstrap: int = typer.Option(2000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for the worst-class and gap differences."),
     alpha: float = typer.Option(0.05, min=0.0, max=1.0, help="Level of the tests."),
-    seed: int = typer.Option(0, help="Bootstrap seed."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Bootstrap seed."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
     """Runs side by side: per-class clean/robust accuracy, differences with intervals, and which are beyond the noise."""
     from ..experiments import compare as run_compare
@@ -158,8 +182,10 @@ def compare(
 
     if len(runs) < 2:
         raise ConfigError("compare needs at least two runs; pass e.g. runs/frl/trades runs/frl/frl-rwrm")
-    if out is not None and out.suffix.lower() not in (".md", ".csv", ".json"):
-        raise ConfigError(f"--out {out} must end in .md, .csv or .json")
+    if out is not None:
+        from ..safeio import check_output_file
+
+        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".md", ".csv", ".json"))
     loaded: dict[str, Any] = {}
     for p in runs:
         label, rep = load_report(p)
@@ -170,13 +196,13 @@ def compare(
     cmp = run_compare(loaded, n_boot=bootstrap, seed=seed, alpha=alpha)
     tables = cmp.tables()
     for t in tables:
-        rt = RichTable(title=t.title, title_justify="left", show_edge=False, pad_edge=False)
+        rt = RichTable(title=term(t.title), title_justify="left", show_edge=False, pad_edge=False)
         for i, c in enumerate(t.columns):
-            rt.add_column(c, justify="left" if i == 0 else "right")
+            rt.add_column(term(c), justify="left" if i == 0 else "right")
         for row, em in zip(t.rows, t.emph):
-            rt.add_row(*[f"[bold red]{c}[/bold red]" if e else c for c, e in zip(row, em)])
+            rt.add_row(*[f"[bold red]{term(c)}[/bold red]" if e else term(c) for c, e in zip(row, em)])
         console.print(rt)
-        console.print(f"[dim]{t.note}[/dim]", highlight=False)
+        console.print(f"[dim]{term(t.note)}[/dim]", highlight=False)
     if out is not None:
         suffix = out.suffix.lower()
         if suffix == ".json":
@@ -186,7 +212,7 @@ def compare(
                 _tidy_csv(cmp)
             with atomic_path(out) as tmp:
                 tmp.write_text(text)
-        console.print(f"wrote {out}")
+        console.print(f"wrote {term(out)}", highlight=False)
 
 
 def _tidy_csv(cmp: Any) -> str:
@@ -194,7 +220,9 @@ def _tidy_csv(cmp: Any) -> str:
 
     pc = cmp.per_class.assign(table="per_class")
     ag = cmp.aggregates.assign(table="aggregates")
-    return pd.concat([pc, ag], ignore_index=True).to_csv(index=False, float_format="%.6g")
+    from ..report.tables import inert_frame
+
+    return inert_frame(pd.concat([pc, ag], ignore_index=True)).to_csv(index=False, float_format="%.6g")
 
 
 __all__ = ["sweep", "report", "compare", "RobfairError"]

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..utils import parse_eps, parse_number
+from ..inert import term
+from ..utils import MAX_SEED, parse_eps, parse_number
 from .app import app, console
 
 theory_app = typer.Typer(no_args_is_help=True, help="Exact fixtures from the theory of robust fairness.")
@@ -29,22 +30,29 @@ def _fmt(v: float) -> str:
 
 @theory_app.command("gaussian")
 def gaussian(
-    d: int = typer.Option(50, "--d", min=1, help="Input dimension."),
+    d: int = typer.Option(50, "--d", min=1, max=100_000, help="Input dimension."),
     eta: str = typer.Option("0.1", "--eta", help="Per-coordinate class mean: x|y ~ N(y*eta*1, ...)."),
     K: str = typer.Option("2", "--K", help="Std ratio of class +1 (hard) to class -1 (easy)."),
     eps: str = typer.Option("0.05", "--eps", help="L-inf radius of robust training and robust error (< eta)."),
     sigma: str = typer.Option("1", "--sigma", help="Std of class -1."),
-    n: int = typer.Option(20000, "--n", min=2, help="Training samples (and fresh test samples for Monte Carlo)."),
-    seed: int = typer.Option(0, "--seed"),
+    n: int = typer.Option(20000, "--n", min=2, max=10_000_000, help="Training samples (and fresh test samples for Monte Carlo)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED),
     group_sizes: str = typer.Option("1", "--group-sizes", help="Protected-group shares, e.g. 0.8,0.2."),
     group_scales: str = typer.Option("1", "--group-scales", help="Per-group std multiplier, e.g. 1,1.5."),
     threshold: str = typer.Option("logistic", "--threshold",
                                   help="logistic: the trained bias; 01: bias refit to the empirical 0-1 error."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the rows as JSON here."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
     """Closed form vs trained vs Monte Carlo on the binary Gaussian mixture of spec section 4."""
+    from ..safeio import check_output_file
     from ..theory import gaussian_lab
 
+    if out is not None:
+        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".json",))
+    if d * n > 200_000_000:
+        raise ConfigError(f"--d {d} x --n {n} is {d * n:.2g} numbers (twice: train and test); keep d * n "
+                          "below 2e8, e.g. --n 20000 --d 50")
     if threshold not in ("logistic", "01"):
         raise ConfigError(f"--threshold must be logistic or 01, got {threshold!r}")
     res = gaussian_lab(d=d, eta=parse_eps(eta, "eta"), K=parse_number(K, "K"), eps=parse_eps(eps),
@@ -82,6 +90,5 @@ def gaussian(
     if out is not None:
         from ..utils import write_json
 
-        path = out.expanduser()
-        write_json(path, res.to_json())
-        console.print(f"wrote {path}")
+        write_json(out, res.to_json())
+        console.print(f"wrote {term(out)}", highlight=False)

@@ -9,6 +9,8 @@ import typer
 import yaml
 
 from ..errors import ConfigError
+from ..inert import term
+from ..safeio import yaml_loads
 from .app import _Bars, _progress, app, console
 
 
@@ -20,7 +22,7 @@ def _kv(items: list[str], what: str) -> dict[str, Any]:
             raise ConfigError(f"{what} {item!r} is not KEY=VALUE; write e.g. {what} beta=6")
         k, v = item.split("=", 1)
         try:
-            out[k.strip()] = yaml.safe_load(v)
+            out[k.strip()] = yaml_loads(v, f"{what} {k.strip()}")
         except yaml.YAMLError:
             raise ConfigError(f"{what} {item!r}: cannot read the value; quote it or write a plain number/word") from None
     return out
@@ -63,7 +65,7 @@ class _TrainBars:
             console.print(
                 f"epoch {epoch + 1:>3}: loss {(record.get('train') or {}).get('loss', float('nan')):.4f}  "
                 f"val clean {100 * val.get('clean_acc', float('nan')):.1f}%  robust {100 * val.get('rob_acc', float('nan')):.1f}%  "
-                f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({val.get('worst_group', '-')})",
+                f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({term(val.get('worst_group', '-'))})",
                 highlight=False,
             )
 
@@ -95,6 +97,7 @@ def train(
     lam: Optional[float] = typer.Option(None, "--lam", help="fair methods: penalty weight lambda (--opt lam=...)."),
     dual_step: Optional[float] = typer.Option(None, "--dual-step", help="fair methods: dual ascent step per epoch; "
                                               "0 keeps lambda fixed (--opt dual_step=...)."),
+    allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1 ([0,1] images)."),
 ) -> None:
     """Train a model (standard, PGD-AT, TRADES, fair methods) and audit the selected checkpoint on the test split."""
     from ..training import load_config
@@ -115,6 +118,15 @@ def train(
     cfg = load_config(config, **overrides)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")
+    from ..safeio import check_output_dir
+    from ..utils import check_image_eps, resolve_device
+
+    # refused before any data is read: the run folder, the device, the radius
+    check_output_dir(cfg.out, "--out", allow="run" if cfg.resume else None,
+                     fix="pass --resume to continue the run in it, or choose another --out")
+    resolve_device(cfg.device)
+    check_image_eps(cfg.eps, [a for a in (cfg.attack, cfg.val_attack) if a and a.lower() != "none"],
+                    allow_large=allow_large_eps)
 
     final_audit = None
     attacks = [a for a in audit_attack if a.lower() != "none"]

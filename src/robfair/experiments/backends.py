@@ -165,11 +165,30 @@ class LocalBackend:
                             waiting.remove(job)
                             notify(job, row, row["status"])
         except BaseException:
-            for p, _ in active.values():  # Ctrl-C / kill: each worker gives its run back, then we stop
-                if p.exitcode is None:
-                    p.terminate()
-            for p, _ in active.values():
-                p.join(timeout=60)
+            # Ctrl-C / kill: each worker gives its run back, then we stop. A second Ctrl-C must not
+            # cut this short, and a claim a worker could not close (killed hard) is released here.
+            import signal
+            import threading
+
+            in_main = threading.current_thread() is threading.main_thread()
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+            try:
+                for p, _ in active.values():
+                    if p.exitcode is None:
+                        p.terminate()
+                for p, _ in active.values():
+                    p.join(timeout=60)
+                    if p.exitcode is None:
+                        p.kill()
+                        p.join(timeout=10)
+                for p, job in active.values():
+                    try:
+                        store.release(job.name, pid=p.pid, reason="the sweep was interrupted")
+                    except Exception:  # noqa: BLE001 - the index is busy or gone; is_stale() still sees the dead pid
+                        log.warning("could not release the claim of %s", job.name)
+            finally:
+                if in_main:
+                    signal.signal(signal.SIGINT, old_int)
             raise
         finally:
             store.close()

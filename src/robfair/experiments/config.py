@@ -48,6 +48,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError, RobfairError
+from ..safeio import read_text_capped, yaml_loads
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class AuditSettings(_Block):
     early_exit: bool = True
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     channels_last: bool = False
-    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples for worst/gap intervals in reports")
+    bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples for worst/gap intervals in reports")
 
 
 class LocalSettings(_Block):
@@ -200,7 +201,7 @@ class RunSpec(BaseModel):
         """Read ``RUN_DIR/run.yaml``; a one-line ConfigError when it is missing or broken."""
         p = Path(run_dir) / "run.yaml"
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml_loads(read_text_capped(p, "run file", error=ConfigError), f"run file {p}")
         except FileNotFoundError:
             raise ConfigError(f"{p} does not exist; {run_dir} is not a sweep run folder (write one with "
                               "`robfair sweep STUDY.yaml`)") from None
@@ -251,7 +252,7 @@ def load_study(path: str | Path, **overrides: Any) -> StudyConfig:
     """Read a study YAML (``yaml.safe_load``); ``overrides`` replace top-level keys (e.g. ``out``)."""
     p = Path(path).expanduser()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml_loads(read_text_capped(p, "study file", error=ConfigError), f"study file {str(p)!r}")
     except FileNotFoundError:
         raise ConfigError(f"study file {str(p)!r} does not exist; check the path (studies/ holds the shipped ones)") from None
     except IsADirectoryError:

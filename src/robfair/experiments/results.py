@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from ..errors import RobfairError
+from ..safeio import read_text_capped, yaml_loads
 from ..report.tables import RunEntry
 from .config import RUN_SCHEMA, RunSpec
 from .store import INDEX_NAME, Store
@@ -45,7 +46,7 @@ def find_run_dirs(root: Path) -> list[Path]:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        d = yaml.safe_load(path.read_text())
+        d = yaml_loads(read_text_capped(path, "run file"), f"{path}", error=RobfairError)
     except (OSError, yaml.YAMLError):
         raise RobfairError(f"{path} is unreadable or not YAML") from None
     if not isinstance(d, dict):

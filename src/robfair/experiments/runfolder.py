@@ -39,11 +39,18 @@ def repair_metrics(run_dir: Path) -> int:
     if not path.exists():
         return 0
     good = []
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
         try:
-            good.append(json.dumps(json.loads(line)))
+            rec = json.loads(line)
         except json.JSONDecodeError:
             log.warning("dropping a half-written line of %s", path)
+            continue
+        if isinstance(rec, dict) and "epoch" in rec:
+            good.append(json.dumps(rec))
+        else:
+            log.warning("dropping a line of %s that is not an epoch record", path)
     with atomic_path(path) as tmp:
         tmp.write_text("".join(s + "\n" for s in good))
     return len(good)

@@ -140,16 +140,21 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
             log.info("%s: not run (%s)", spec.name, got)
             store.close()
             return "done" if got == "done" else "busy"
-    epochs_before = repair_metrics(run_dir)
-    log_attempt(run_dir, "start", resumed_after_epochs=epochs_before, job_id=job_id)
+    from ..safeio import remove_orphan_temps
+
     watch = _Watch(index_path, spec.name, interval=heartbeat_s, parent=parent, wal=wal,
                    stale_after=stale_after)
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _on_term) if in_main else None
-    watch.start()
+    old_int = signal.getsignal(signal.SIGINT) if in_main else None
     t0 = time.perf_counter()
     status, error = "failed", None
-    try:
+    try:  # from the claim on, every way out closes it (an interrupt here included)
+        remove_orphan_temps(run_dir)  # the claim is ours: what a killed attempt left can go
+        remove_orphan_temps(run_dir / "checkpoints")
+        epochs_before = repair_metrics(run_dir)
+        log_attempt(run_dir, "start", resumed_after_epochs=epochs_before, job_id=job_id)
+        watch.start()
         try:
             rep = run_spec(spec, run_dir, threads=threads)
         finally:
@@ -162,6 +167,9 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
             store.finish(spec.name, "done", metrics=metrics)
         log_attempt(run_dir, "done", seconds=round(time.perf_counter() - t0, 2), **metrics)
     except (Interrupted, KeyboardInterrupt) as e:
+        if in_main:  # a second Ctrl-C / SIGTERM must not cut the release short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         status = "interrupted"
         reason = watch.reason or f"{type(e).__name__} {e}".strip()
         if store is not None:
@@ -175,6 +183,7 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
+            signal.signal(signal.SIGINT, old_int)
     if status == "failed":
         if store is not None:
             store.finish(spec.name, "failed", error=error)

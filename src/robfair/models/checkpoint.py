@@ -104,13 +104,22 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, classes: list[
     log.debug("saved checkpoint %s (%s)", path, spec["name"])
 
 
+#: the error path scans at most this many bytes of a pickle for the names it would import
+_SCAN_BYTES = 64 << 20
+
+
 def _pickle_bytes(path: Path) -> bytes | None:
-    """The main pickle of a torch file (``data.pkl`` of the zip format, else the raw file)."""
+    """The main pickle of a torch file (``data.pkl`` of the zip format, else the raw file), capped
+    at ``_SCAN_BYTES`` (a zip entry that claims more is cut there, never inflated in full)."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as z:
             names = [n for n in z.namelist() if n.endswith("data.pkl")]
-            return z.read(names[0]) if names else None
-    return path.read_bytes()
+            if not names:
+                return None
+            with z.open(names[0]) as f:
+                return f.read(_SCAN_BYTES)
+    with open(path, "rb") as f:
+        return f.read(_SCAN_BYTES)
 
 
 def _pickled_globals(path: Path) -> list[str]:
@@ -239,6 +248,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
         raise ModelError(f"checkpoint {path} does not exist; check the path (train one with `robfair train`)")
     if path.is_dir():
         raise ModelError(f"checkpoint {path} is a directory; pass the .pt file inside it (e.g. {path}/checkpoints/best.pt)")
+    if not path.is_file():
+        raise ModelError(f"checkpoint {path} is not a regular file (a device, pipe or socket); pass a .pt file")
     obj = _torch_load(path, map_location)
     meta = _check_format(obj, path)
     model = _build(meta["spec"], path)

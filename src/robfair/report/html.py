@@ -59,7 +59,9 @@ def _mpl() -> Iterator[Any]:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False, "svg.fonttype": "none"}):
+    from ..inert import mpl_rc
+
+    with matplotlib.rc_context({**mpl_rc(), "svg.fonttype": "none"}):
         yield plt
 
 

@@ -419,7 +419,9 @@ def _slug(s: str) -> str:
 
 def _md_cell(s: str) -> str:
     """A Markdown table cell: pipes escaped, HTML characters as entities (Markdown renders raw HTML)."""
-    s = str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    from ..inert import plain
+
+    s = plain(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -442,9 +444,22 @@ def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "") -> st
     return "\n".join(parts)
 
 
+def inert_frame(df: Any) -> Any:
+    """A copy of ``df`` whose text cells and column names no spreadsheet runs as formulas
+    (:func:`robfair.inert.csv_cell`); numbers are untouched."""
+    from ..inert import csv_cell
+
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            out[c] = out[c].map(lambda v: csv_cell(v) if isinstance(v, str) else v)
+    out.columns = [csv_cell(c) if isinstance(c, str) else c for c in out.columns]
+    return out
+
+
 def table_csv(t: Table) -> str:
     buf = io.StringIO()
-    t.data.to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, float_format="%.6g")
+    inert_frame(t.data).to_csv(buf, index=False, quoting=csv.QUOTE_MINIMAL, float_format="%.6g")
     return buf.getvalue()
 
 

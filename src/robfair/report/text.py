@@ -8,6 +8,8 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from ..inert import term
+
 
 def _pct(v: float | None) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
@@ -28,7 +30,7 @@ def group_table(rep, *, title: str = "", by: str = "group") -> Table:
         t.add_column(c, justify="right")
     for name, row in df.iterrows():
         style = "bold red" if name == worst else None
-        t.add_row(str(name), str(int(row["n"])), _ci(row, "clean_acc"), _ci(row, "rob_acc"),
+        t.add_row(term(name), str(int(row["n"])), _ci(row, "clean_acc"), _ci(row, "rob_acc"),
                   _pct(row["std_err"]), _pct(row["bndy_err"]), _pct(row["rob_err"]), style=style)
     return t
 
@@ -56,7 +58,7 @@ def aggregate_table(rep, *, n_boot: int = 1000, seed: int = 0, k: int = 3, title
                 s += f" [{_pct(b['lo'])}, {_pct(b['hi'])}]"
             cells.append(s)
         t.add_row(label, *cells)
-    t.add_row("worst group", *[str(agg[m]["worst_group"]) for m, _ in metrics])
+    t.add_row("worst group", *[term(agg[m]["worst_group"]) for m, _ in metrics])
     return t
 
 
@@ -72,10 +74,10 @@ def chi2_line(rep) -> str:
 
 def print_audit(console: Console, report, *, title: str = "", n_boot: int = 1000, by: str = "group") -> None:
     """Print an AuditReport: per-attack overall line, the headline per-group table, aggregates, tests, warnings."""
-    console.print(f"[bold]{title}[/bold]" if title else "")
+    console.print(f"[bold]{term(title)}[/bold]" if title else "")
     for name, rep in report.reports.items():
         o = rep.overall
-        console.print(f"  {name:<12} n={o['n']}  clean {_pct(o['clean_acc'])}%  robust {_pct(o['rob_acc'])}%"
+        console.print(f"  {term(name):<12} n={o['n']}  clean {_pct(o['clean_acc'])}%  robust {_pct(o['rob_acc'])}%"
                       f"  (std err {_pct(o['std_err'])} + bndy err {_pct(o['bndy_err'])} = rob err {_pct(o['rob_err'])})")
     main = report.main
     label = main.attack if main.attack else "attack"
@@ -83,7 +85,7 @@ def print_audit(console: Console, report, *, title: str = "", n_boot: int = 1000
     console.print(aggregate_table(main, n_boot=n_boot, title=f"disparity, {label} (95% bootstrap CI for worst and gap)"))
     console.print(chi2_line(main))
     for w in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {term(w)}")
 
 
 def side_by_side(reports: Mapping[str, Any], *, title: str = "") -> Table:
@@ -102,7 +104,7 @@ def side_by_side(reports: Mapping[str, Any], *, title: str = "") -> Table:
             row = df.loc[name]
             rob = _ci(row, "rob_acc")
             cells += [_pct(row["clean_acc"]), f"[bold red]{rob}[/bold red]" if worst[label] == name else rob]
-        t.add_row(str(name), *cells)
+        t.add_row(term(name), *cells)
     return t
 
 
@@ -117,9 +119,9 @@ def disparity_table(reports: Mapping[str, Any], *, n_boot: int = 1000, title: st
         a = rep.aggregates()
         b = rep.bootstrap(n=n_boot, seed=0)["metrics"]["rob_acc"] if n_boot else None
         ci = (lambda key: f" [{_pct(b[key]['lo'])}, {_pct(b[key]['hi'])}]") if b else (lambda key: "")
-        t.add_row(label, _pct(a["clean_acc"]["avg"]), _pct(a["clean_acc"]["worst"]), _pct(a["rob_acc"]["avg"]),
+        t.add_row(term(label), _pct(a["clean_acc"]["avg"]), _pct(a["clean_acc"]["worst"]), _pct(a["rob_acc"]["avg"]),
                   _pct(a["rob_acc"]["worst"]) + ci("worst"), _pct(a["rob_acc"]["gap"]) + ci("gap"),
-                  _pct(a["rob_acc"]["sd"]), str(a["rob_acc"]["worst_group"]), f"{rep.chi2()['robust']['p_value']:.2g}")
+                  _pct(a["rob_acc"]["sd"]), term(a["rob_acc"]["worst_group"]), f"{rep.chi2()['robust']['p_value']:.2g}")
     return t
 
 
@@ -132,8 +134,8 @@ def print_demo(console: Console, result) -> None:
     console.print(disparity_table(reports, title="Disparity (percent; 95% bootstrap CI)"))
     for label, r in reports.items():
         for w in getattr(r, "warnings", []):
-            console.print(f"[yellow]warning ({label}):[/yellow] {w}")
+            console.print(f"[yellow]warning ({term(label)}):[/yellow] {term(w)}")
     console.print()
     for line in result.summary_lines:
-        console.print(line)
+        console.print(term(line))
     console.print(f"\nwrote {result.out}/ (checkpoints, audit.json, {result.plot.name})")

@@ -31,7 +31,7 @@ Select = Literal["avg+worst", "avg-rob", "worst-rob", "clean", "last"]
 class TrainConfig(BaseModel):
     """Everything a training run depends on. Defaults follow the field's CIFAR recipe (spec section 3)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # lr: .inf is refused, not trained
 
     # --- what is trained
     data: str = Field("digits", description="dataset spec NAME[:PATH] (its 'train' split is used)")
@@ -178,7 +178,9 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         p = p / "config.yaml"
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        from ..safeio import read_text_capped, yaml_loads
+
+        data = yaml_loads(read_text_capped(p, "config file", error=ConfigError), f"config file {str(p)!r}") or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
     except yaml.YAMLError as e:

@@ -369,6 +369,11 @@ class Trainer:
                 raise ConfigError("resume needs a run folder; set out to the folder of the run to continue")
             return
         last = self.run_dir / "checkpoints" / "last.pt"
+        if self.out is not None:  # what a killed save left: .last.pt.XXXX.tmp and the like
+            from ..safeio import remove_orphan_temps
+
+            remove_orphan_temps(self.out)
+            remove_orphan_temps(self.out / "checkpoints")
         resumed = self.cfg.resume and last.exists()
         if resumed:
             self._load_resume(last)
@@ -436,9 +441,13 @@ class Trainer:
         log.info("resuming %s after epoch %d (step %d)", self.run_dir, self.epoch, self.step)
 
     def _rewrite_metrics(self) -> None:
-        """Keep the metrics lines of completed epochs only (a crash may leave a line ahead of last.pt)."""
+        """Keep the metrics lines of completed epochs only (a crash may leave a line ahead of last.pt,
+        or half a line: ``repair_metrics`` drops unreadable lines first)."""
+        from ..experiments.runfolder import repair_metrics
+
         assert self.out is not None
         path = self.out / "metrics.jsonl"
+        repair_metrics(self.out)
         lines = path.read_text().splitlines() if path.exists() else []
         kept = [json.loads(s) for s in lines if s.strip()]
         kept = [r for r in kept if r["epoch"] <= self.epoch]
