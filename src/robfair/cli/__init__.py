@@ -99,6 +99,9 @@ def _resume_hint(argv: list[str]) -> str:
         if "--resume" not in argv:
             line.append("--resume")
         return f"interrupted; the run keeps its finished epochs - resume with: {shlex.join(line)}"
+    if cmd == "certify" and "--out" in argv or cmd == "certify" and "-o" in argv:
+        return (f"interrupted; the certified samples are kept in a checkpoint beside --out - resume with: "
+                f"{shlex.join(line)}")
     if cmd == "sweep":
         return (f"interrupted; finished runs are kept and interrupted ones resume - continue with: "
                 f"{shlex.join(line)}")

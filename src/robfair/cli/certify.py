@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..utils import parse_number
+from ..inert import term
+from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_number
 from .app import _Bars, _progress, app, console, err_console
 
 
@@ -38,7 +39,7 @@ def certify_table(rep, by: str = "class") -> Table:
     pct0 = lambda v: "-" if v != v else f"{100 * v:.0f}"  # noqa: E731
     cell = lambda row, c: f"{pct(row[c])} [{pct0(row[c + '_lo'])}, {pct0(row[c + '_hi'])}]"  # noqa: E731
     for name, row in df.iterrows():
-        t.add_row(str(name), str(int(row["n"])), *([cell(row, "smoothed_acc")] if show_acc else []), pct(row["abstain"]),
+        t.add_row(term(name), str(int(row["n"])), *([cell(row, "smoothed_acc")] if show_acc else []), pct(row["abstain"]),
                   *[cell(row, f"cert@{r:g}") for r in rep.radii],
                   "-" if row["median_radius"] != row["median_radius"] else f"{row['median_radius']:.3f}",
                   "-" if row["acr"] != row["acr"] else f"{row['acr']:.3f}", end_section=name == df.index[-2])
@@ -54,7 +55,7 @@ def gap_table(rep, by: str = "class", n_boot: int = 1000) -> Table:
     pct = lambda v: "-" if v != v else f"{100 * v:.1f}"  # noqa: E731
     for _, r in g.iterrows():
         ci = lambda s: f" [{pct(r[s + '_lo'])}, {pct(r[s + '_hi'])}]" if f"{s}_lo" in r else ""  # noqa: E731
-        t.add_row(f"{r['radius']:g}", pct(r["avg"]), str(r["worst_group"]), pct(r["worst"]) + ci("worst"),
+        t.add_row(f"{r['radius']:g}", pct(r["avg"]), term(r["worst_group"]), pct(r["worst"]) + ci("worst"),
                   pct(r["gap"]) + ci("gap"), pct(r.get("worst_group_stability", float("nan"))))
     return t
 
@@ -74,9 +75,9 @@ def certify(
     per_class: Optional[int] = typer.Option(None, "--per-class", min=1, help="Certify the first N samples of each class."),
     skip: int = typer.Option(1, min=1, help="Certify every k-th sample (Cohen et al. use 20 on CIFAR-10)."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute to group by (as in audit)."),
-    seed: int = typer.Option(0, min=0, help="Seeds every sample's noise."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds every sample's noise."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, mps."),
-    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for worst-class and gap intervals."),
+    bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst-class and gap intervals."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write certify.json here (a .json file or a folder); "
                                        "also the per-sample outcomes and, while running, a resume checkpoint."),
     outcomes: Optional[Path] = typer.Option(None, help="Per-sample outcomes CSV (default: <out>_outcomes.csv)."),
@@ -86,6 +87,7 @@ def certify(
                                                "radius with an L2 attack on the smoothed classifier."),
     check_attack: str = typer.Option("pgd20-l2", help="L2 attack of the check."),
     check_per_class: int = typer.Option(20, min=1, help="Samples per class of the check."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
 ) -> None:
     """Certify per class (group) with randomized smoothing: certified accuracy at radii with intervals, abstain rate, median radius."""
     from .. import certify as C
@@ -107,6 +109,17 @@ def certify(
         if getattr(get_attack(check_attack), "norm", None) != "l2":
             raise ConfigError(f"--check-attack must be an L2 attack, got '{check_attack}'; pass e.g. pgd20-l2")
     out_path, oc_path, ck_path = _paths(out, outcomes)
+    from ..safeio import check_output_file
+    from ..utils import resolve_device
+
+    # the outputs are checked before the first noise draw (a run's results are never replaced unless asked)
+    if out_path is not None:
+        out_path = check_output_file(out_path, "--out", overwrite=overwrite, suffixes=(".json",))
+    if oc_path is not None:
+        oc_path = check_output_file(oc_path, "--outcomes", overwrite=overwrite, suffixes=(".csv",))
+    if html is not None:
+        html = check_output_file(html, "--html", overwrite=overwrite)
+    resolve_device(device)
     net, meta = C.load_model(model)
     ds = load_dataset(data, split=split, groups=groups)
     _check_classes(meta, ds)
@@ -129,13 +142,13 @@ def certify(
         console.print(certify_table(rep, "group"))
         console.print(gap_table(rep, "group", n_boot=bootstrap))
     for line in rep.summary_lines():
-        console.print(line, highlight=False)
+        console.print(term(line), highlight=False)
     for chk in rep.meta.get("attack_check", []):
         console.print(f"check at radius {chk['radius']:g} ({chk['attack']} on the smoothed classifier, {chk['n']} samples): "
                       f"certified {100 * chk['certified']:.1f}% <= empirical robust {100 * chk['empirical_robust']:.1f}%; "
                       f"{chk['contradictions']} contradicted certificates", highlight=False)
     for w in rep.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        err_console.print(f"[yellow]warning:[/yellow] {term(w)}", highlight=False)
     console.print(f"{rep.meta['n_samples']} samples, {rep.meta['noise_draws']} noise draws in {rep.meta['seconds']:.1f} s "
                   f"({rep.meta['draws_per_second'] or 0:.0f} draws/s on {rep.meta['device']})", highlight=False)
     payload = rep.to_json(bootstrap=bootstrap) if (out_path is not None or html is not None) else None
@@ -146,17 +159,17 @@ def certify(
         page = render_certify_html({Path(model).stem: payload}, title=f"certified robustness: {Path(model).name} on {data}")
     if oc_path is not None:
         rep.write_outcomes(oc_path)
-        console.print(f"wrote {oc_path}")
+        console.print(f"wrote {term(oc_path)}", highlight=False)
     if out_path is not None:
         from ..utils import write_json
 
         write_json(out_path, payload)
-        console.print(f"wrote {out_path}")
+        console.print(f"wrote {term(out_path)}", highlight=False)
     if page is not None:
         from ..utils import atomic_path
 
         with atomic_path(html) as tmp:
             tmp.write_text(page, encoding="utf-8")
-        console.print(f"wrote {html}")
+        console.print(f"wrote {term(html)}", highlight=False)
     if ck_path is not None and ck_path.exists():
         ck_path.unlink()
