@@ -44,7 +44,7 @@ def test_resolution_and_eps_parsing():
     assert c.method == "pgd-at" and c.attack == "pgd10"
     assert c.eps == pytest.approx(8 / 255) and c.val_per_class == 300 and isinstance(c.val_per_class, int)
     t = TrainConfig(method="trades")
-    assert t.method_options == {"beta": 6.0} and t.attack == "trades-kl"
+    assert t.method_options == {"beta": 6.0, "normalization": "ratio"} and t.attack == "trades-kl"
     assert TrainConfig().attack is None  # standard training attacks nothing
     assert TrainConfig(epochs=8).resolved_milestones() == [4.0, 6.0]
 

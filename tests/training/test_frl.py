@@ -97,8 +97,34 @@ def test_weights_stay_positive_and_sum_to_one(k):
             assert bool((lam >= 0).all()) and float(lam.sum()) <= 0.5 + 1e-12
 
 
-def test_official_step_matches_hand_computation():
+def test_official_head_defaults_and_step_by_hand():
+    """mode official = hannxu123/fair_robust HEAD a80547d: ratio form, beta 1.5, bounds 0.07, rate2 0.2."""
     m, ctx = make("frl-rwrm", 3)
+    o = m.options
+    assert (o.normalization, o.beta, o.tau_nat, o.tau_bndy, o.alpha2, o.violation, o.bndy_rate,
+            o.alpha1_halve_every) == ("ratio", 1.5, 0.07, 0.07, 0.2, "signed", 2.0, 40)
+    m.on_epoch_end(ctx, report(ROWS3))
+    # e_i = (.6, 0, 0), e = .2; b_i = (0, .5, 0), b = 1/6; tau = .07
+    assert m.gamma_nat.tolist() == pytest.approx([0.33, -0.27, -0.27])
+    gb = [-1 / 6 - 0.07, 0.5 - 1 / 6 - 0.07, -1 / 6 - 0.07]
+    assert m.gamma_bndy.tolist() == pytest.approx(gb)
+    assert m.lam_nat.tolist() == pytest.approx([0.05 * 0.33, 0, 0])
+    assert m.lam_bndy.tolist() == pytest.approx([0, 2 * 0.05 * gb[1], 0])
+    assert m.psi.tolist() == pytest.approx([0.2 * g for g in gb])
+    # the HEAD loss: sum w0 CE / sum w0 + 1.5 * sum w1 KL / sum w1
+    k = 3
+    x, y = batch(k)
+    y = torch.tensor([0] * 6 + [1] * 4 + [2] * 2)
+    model = Recorder(k).train()
+    loss = m.loss(model, x, y, y, ctx)
+    ce, kl = _terms(model, y)
+    a, b = m.class_weights()[y], m.boundary_weights()[y]
+    assert torch.allclose(loss, (a * ce).sum() / a.sum() + 1.5 * (b * kl).sum() / b.sum(), atol=1e-6)
+
+
+def test_official_2021_step_matches_hand_computation():
+    m, ctx = make("frl-rwrm", 3, mode="official-2021")
+    assert (m.options.normalization, m.options.beta) == ("joint", 1.0)
     assert m.class_weights().tolist() == pytest.approx([1 / 3] * 3)  # fine-tuning: uniform before any step
     assert m.class_eps().tolist() == pytest.approx([EPS] * 3)
     ctx.epoch = 0
@@ -178,7 +204,7 @@ def test_variants_switch_the_right_parts_on():
 
 
 def test_pretraining_is_plain_until_the_first_dual_step():
-    m, ctx = make("frl-rwrm", 3, pretrain_epochs=2)
+    m, ctx = make("frl-rwrm", 3, pretrain_epochs=2, mode="official-2021")
     assert m.class_weights() is None and m.boundary_weights() is None and m.class_eps() is None
     ctx.epoch = 0
     m.on_epoch_end(ctx, report(ROWS3))  # still pre-training: no step
@@ -299,7 +325,7 @@ def test_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
 
 def test_epoch_state_logs_multipliers_weights_and_eps():
-    m, ctx = make("frl-rwrm", 3)
+    m, ctx = make("frl-rwrm", 3, mode="official-2021")
     m.on_epoch_end(ctx, report(ROWS3))
     s = m.epoch_state()
     assert s["phase"] == "frl" and s["dual_steps"] == 1 and s["alpha1"] == 0.05
@@ -318,9 +344,9 @@ def test_compat_boundary_error_is_opt_in():
     adv = np.array([0] * 10 + [1] * 10)  # the 4 clean mistakes of class 0 become right under attack
     rep = GroupReport.from_outcomes(y=y, clean_pred=clean, adv_pred=adv, class_names=["a", "b"], attack="pgd20",
                                     eps=EPS)
-    exact, ctx = make("frl-reweight", 2)
+    exact, ctx = make("frl-reweight", 2, tau_bndy=0.1)
     exact.on_epoch_end(ctx, rep)
-    compat, cctx = make("frl-reweight", 2, bndy_err="compat")
+    compat, cctx = make("frl-reweight", 2, bndy_err="compat", tau_bndy=0.1)
     compat.on_epoch_end(cctx, rep)
     assert exact.gamma_bndy.tolist() == pytest.approx([-0.1, -0.1])
     assert compat.gamma_bndy.tolist() == pytest.approx([-0.4 + 0.2 - 0.1, 0 + 0.2 - 0.1])
@@ -379,7 +405,8 @@ def trades_init(tmp_path_factory, digits):
 
 def frl_cfg(init, out, initial_step=False, **kw):
     kw = {"epochs": 2, **kw}
-    return TrainConfig(**TINY, method="frl-rwrm", method_options={"beta": 1.0, "alpha1": 0.2, "initial_step": initial_step},
+    return TrainConfig(**TINY, method="frl-rwrm", method_options={"mode": "official-2021", "beta": 1.0, "alpha1": 0.2,
+                                                               "initial_step": initial_step},
                        init=str(init), lr=0.01, out=str(out), **kw)
 
 

@@ -84,14 +84,16 @@ SIM3 = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]], dtype=t
 def test_dafa_weights_by_hand():
     # diag 0.5 < 0.6 < 0.8. Paper rule: W0 = 1 + .3*.8 + .2*.6; W1 = 1 - .3*.8 - .2*.8; W2 = 1 - .2*.6 + .2*.8
     assert dafa_weights(SIM3).tolist() == pytest.approx([1.36, 0.60, 1.04])
-    # official code's else-branch: W_i -= p_i(j) p_j(j): W1 = 1 - .1*.5 - .1*.6; W2 = 1 - .2*.5 + .2*.8
-    assert dafa_weights(SIM3, rule="official").tolist() == pytest.approx([1.36, 0.89, 1.06])
+    # the official HEAD (c60ba83) is the paper rule; before its 2024-09 fix (4a7f87e) the else-branch
+    # was W_i -= p_i(j) p_j(j): W1 = 1 - .1*.5 - .1*.6; W2 = 1 - .2*.5 + .2*.8
+    assert dafa_weights(SIM3, rule="official").tolist() == pytest.approx([1.36, 0.60, 1.04])
+    assert dafa_weights(SIM3, rule="official-2024-02").tolist() == pytest.approx([1.36, 0.89, 1.06])
     assert dafa_weights(SIM3, lam=0.5).tolist() == pytest.approx([1.18, 0.80, 1.02])
     # the paper rule moves weight between pairs: the sum stays K (K = 7, distinct diagonals)
     g = torch.Generator().manual_seed(0)
     sim = torch.softmax(3 * torch.randn(7, 7, generator=g, dtype=torch.float64), 1)
     assert float(dafa_weights(sim).sum()) == pytest.approx(7.0)
-    assert float(dafa_weights(sim, rule="official").sum()) != pytest.approx(7.0)
+    assert float(dafa_weights(sim, rule="official-2024-02").sum()) != pytest.approx(7.0)
 
 
 def test_dafa_similarity_is_collected_in_the_last_warmup_epoch():
@@ -184,10 +186,14 @@ def test_cfa_before_calibration_is_trades():
     K = 3
     x, y = batch(K)
     model = Recorder(K).train()
-    cfa, trades = build_method("cfa", {"fawa": False}), build_method("trades")
+    cfa, trades = build_method("cfa", {"fawa": False, "ccr_form": "unnormalized"}), build_method("trades")
     a = cfa.loss(model, x, y, y, ctx_for(cfa, K, Shift()))
     b = trades.loss(model, x, y, y, ctx_for(trades, K, Shift()))
     assert torch.equal(a, b)
+    # eq. 8 (and the official code) before calibration: (CE + beta KL) / (1 + beta) at the global beta 6
+    for form in ("paper", "official"):
+        m = build_method("cfa", {"fawa": False, "ccr_form": form})
+        assert torch.allclose(m.loss(model, x, y, y, ctx_for(m, K, Shift())), b / 7, atol=1e-6)
 
 
 def test_cfa_class_eps_reaches_the_attack():
@@ -205,7 +211,7 @@ def test_cfa_class_eps_reaches_the_attack():
     assert torch.allclose(loss, F.cross_entropy(model.net(x_adv), y), atol=1e-6)
 
 
-@pytest.mark.parametrize("form", ["paper", "official"])
+@pytest.mark.parametrize("form", ["paper", "official", "unnormalized"])
 def test_cfa_trades_loss_uses_class_betas(form):
     K = 3
     x, y = batch(K)
@@ -218,10 +224,13 @@ def test_cfa_trades_loss_uses_class_betas(form):
     assert torch.allclose(attack.eps[-1], torch.tensor([0.03, 0.08, 0.13])[y])  # (0.3 + t) * 0.1
     ce, kl = ce_kl(model, x, model.seen[-1], y)
     beta = torch.tensor([3.0, 6.0, 9.0])[y]  # (0.5 + t) * 6
-    if form == "paper":
+    if form == "unnormalized":
         expected = ce.mean() + (beta * kl).mean()
-    else:
+    elif form == "paper":  # eq. 8
         expected = ((ce + beta * kl) / (1 + beta)).mean()
+    else:  # official code: (1 - b) CE + b KL with b = beta / (1 + beta)
+        b = beta / (1 + beta)
+        expected = ((1 - b) * ce + b * kl).mean()
     assert torch.allclose(loss, expected, atol=1e-6)
 
 
@@ -278,7 +287,7 @@ def test_fractional_epoch_options_scale_with_the_run():
 # ================================================================================ WAT
 def test_wat_hedge_weights_by_hand():
     K = 3
-    m = build_method("wat", {"eta": 0.1, "beta": 6})
+    m = build_method("wat", {"eta": 0.1, "beta": 6, "cost": "trades-01"})
     ctx_for(m, K, Shift())
     assert m.hedge_weights().tolist() == pytest.approx([0.75] * 4)  # K * softmax(0) over K + 1
     # (n, clean correct, robust correct): std_err, bndy_err -> cost std + 6 * bndy

@@ -159,10 +159,14 @@ class Attack:
 
     # -- the call ------------------------------------------------------------------------------
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
-                 generator: torch.Generator | None = None, early_exit: bool = False) -> torch.Tensor:
+                 generator: torch.Generator | None = None, early_exit: bool = False,
+                 model_mode: str = "eval") -> torch.Tensor:
         """Return ``x_adv`` (detached, in [0, 1], ``||x_adv_i - x_i|| <= eps_i``). Use :meth:`run`
-        for the predictions and the step of first success as well."""
-        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False).x_adv
+        for the predictions and the step of first success as well. ``model_mode="train"`` attacks the
+        model in the mode it is in (e.g. CFA's official PGD-AT base attacks with batch-norm batch
+        statistics, which also updates the running statistics); the default is eval mode."""
+        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False,
+                             model_mode=model_mode).x_adv
 
     def run(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
             generator: torch.Generator | None = None, early_exit: bool = False) -> AttackResult:
@@ -172,7 +176,10 @@ class Attack:
         return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=True)
 
     def _execute(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
-                 generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
+                 generator: torch.Generator | None, early_exit: bool, predict: bool,
+                 model_mode: str = "eval") -> AttackResult:
+        if model_mode not in ("eval", "train"):
+            raise AttackError(f"model_mode must be 'eval' or 'train', got {model_mode!r}")
         x, y = check_inputs(x, y)
         eps_t = as_eps(eps, x)
         if x.shape[0] == 0:
@@ -184,7 +191,7 @@ class Attack:
             # input gradients need no gradient sync, and a DDP forward can be a collective (buffer
             # broadcast): ranks that exit early after different numbers of steps would deadlock
             model = model.module
-        with eval_mode(model), torch.enable_grad():
+        with (eval_mode(model) if model_mode == "eval" else contextlib.nullcontext(model)), torch.enable_grad():
             res = self.perturb_result(model, x, y, eps_t, generator=generator, early_exit=early_exit,
                                       predict=predict)
         res.x_adv = res.x_adv.detach()

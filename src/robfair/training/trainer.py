@@ -311,7 +311,12 @@ class Trainer:
 
         self.ctx = TrainContext(cfg=cfg, device=self.device, num_classes=self.num_classes,
                                 class_names=self.class_names, eps=cfg.eps, attack=self.train_attack,
-                                epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size)
+                                epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size,
+                                all_reduce=lambda t: D.all_reduce_sum(t, self.dist), unwrap=D.unwrap,
+                                attack_factory=lambda name, opts: build_attack(name, opts, train=True),
+                                val_batches=None if self.val_ds is None else
+                                lambda bs: self.val_ds.batches(bs, device=self.device))
+        self.ctx.model = self._trainer_eval_model
         self.method.ctx = self.ctx
         # per-class training counts, for methods that need the class prior (long-tail losses, re-sampling)
         self.ctx.extra["train_counts"] = torch.bincount(train.y.cpu(), minlength=self.num_classes)

@@ -25,7 +25,7 @@ saves its state in ``state_dict`` so a resumed run continues exactly, and report
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -39,6 +39,11 @@ if TYPE_CHECKING:  # pragma: no cover
 METHODS: Registry = Registry("method", ConfigError)
 
 
+def resolve_epoch(value: float, epochs: int) -> int:
+    """An epoch option: values >= 1 are epoch counts, values below 1 fractions of ``epochs``."""
+    return int(value) if value >= 1 else int(round(value * epochs))
+
+
 @dataclass
 class TrainContext:
     """What the trainer shares with the method (and with callbacks) while it runs.
@@ -48,7 +53,14 @@ class TrainContext:
     generator for attack random starts (re-seeded from the config seed every epoch). ``eps`` is the
     global training radius. ``epoch`` counts from 0; ``step`` counts optimizer steps.
     ``train_class_acc`` holds last epoch's per-class training accuracy on the logits the method
-    recorded (None before the first epoch ends)."""
+    recorded (None before the first epoch ends).
+
+    What a method needs from the loop, without importing the trainer or the DDP plumbing:
+    ``all_reduce(t)`` sums a tensor over ranks (identity in one process), ``unwrap(model)`` is the
+    module inside a DDP wrapper, ``build_attack(name, options)`` builds a further training attack
+    (e.g. FRL's PGD-AT pre-training), ``val_batches(batch_size)`` iterates this rank's validation
+    shard as ``(x, y, g)`` on ``device`` (WAT's re-attacked validation cost), and ``model`` is the
+    trainer's evaluation model (EMA weights when enabled)."""
 
     cfg: "TrainConfig"
     device: torch.device
@@ -64,12 +76,26 @@ class TrainContext:
     world_size: int = 1
     train_class_acc: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t, repr=False)
+    unwrap: Callable[[torch.nn.Module], torch.nn.Module] = field(default=lambda m: m, repr=False)
+    attack_factory: Callable[[str, dict[str, Any]], Any] | None = field(default=None, repr=False)
+    val_batches: Callable[[int], Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] | None = \
+        field(default=None, repr=False)
+    model: torch.nn.Module | None = field(default=None, repr=False)
     _logits: torch.Tensor | None = field(default=None, repr=False)
     _labels: torch.Tensor | None = field(default=None, repr=False)
 
     def record(self, logits: torch.Tensor, y: torch.Tensor) -> None:
         """Count ``logits`` toward this epoch's training accuracy (no device sync)."""
         self._logits, self._labels = logits.detach(), y
+
+    def build_attack(self, name: str, options: dict[str, Any] | None = None) -> Any:
+        """A training attack other than ``attack`` (last iterate kept), built as the trainer builds its own."""
+        if self.attack_factory is not None:
+            return self.attack_factory(name, dict(options or {}))
+        from ...attacks import get_attack
+
+        return get_attack(name, **dict(options or {}))
 
     def take_record(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         out = (self._logits, self._labels)
@@ -133,6 +159,11 @@ class Method:
         return ce.to(y.device)[y]
 
     # ------------------------------------------------------------------ epoch hooks
+    def epoch_order(self, labels: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
+        """The epoch's sample indices (class re-sampling), or None (default) for the trainer's shuffle.
+        Called once per epoch with the training labels and the trainer's CPU order generator."""
+        return None
+
     def on_train_start(self, ctx: TrainContext) -> None:
         """Called once before the first epoch (and again after a resume)."""
 

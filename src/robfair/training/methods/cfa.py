@@ -6,14 +6,21 @@ Three parts, each switchable (``method_options``):
   where ``t_k`` is last epoch's robust accuracy of class k on its *training* adversarial examples
   (the logits this method records); ``lambda1`` defaults to 0.3 on the TRADES base, 0.5 on PGD-AT.
 - **CCR** (class-wise calibrated regularization, TRADES base only): ``beta_k = (lambda2 + t_k) * beta``.
-  ``ccr_form="paper"``: ``mean CE + mean beta_y KL``; ``"official"``: the official code's
-  ``mean((1 - b_y) CE + b_y KL)`` with ``b = beta_k / (1 + beta_k)`` (a per-class rescaling by
-  ``1 / (1 + beta_k)``).
+  ``ccr_form="paper"`` (eq. 8): ``mean((CE + beta_y KL) / (1 + beta_y))`` -- the denominator shifts
+  hard classes (small ``beta_y``) toward the natural loss; ``"official"``: the official code's
+  ``mean((1 - b_y) CE + b_y KL)`` with ``b = beta_k / (1 + beta_k)`` (PKU-ML/CFA at 071f333, the same
+  value as eq. 8 written as the code does; the code sums over the batch where robfair averages);
+  ``"unnormalized"``: ``mean CE + mean beta_y KL`` (robfair's earlier, mislabelled "paper" form).
 - **FAWA** (fairness-aware weight average): after each epoch from ``fawa_from`` on, the trained
   model's validation report gates an EMA of the weights: ``avg <- decay * avg + (1 - decay) * model``
   only when its worst class robust accuracy is at least ``fawa_threshold`` (the first accepted epoch
   copies the model). Once the average exists it is what the trainer validates, selects,
   saves as ``best.pt`` and audits (``Method.eval_model``); before that, the trained model is.
+
+The training attack: ``attack_model_mode: train`` attacks with batch-norm batch statistics (the
+official PGD-AT base, whose attack runs inside ``model.train()``; the TRADES attack of the official code
+switches to eval); ``attack_step`` (e.g. 2/255) uses one absolute step for every class radius, as the
+official code, instead of ``rel_step * eps_k``.
 
 Calibration starts at ``calibrate_from`` (the official code's ``--begin``, default 10): epochs with
 a smaller index use the global eps and beta. Epoch options below 1 are fractions of the run
@@ -27,16 +34,24 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...errors import ConfigError
-from ..distributed import unwrap
-from .base import METHODS, Method, TrainContext
+from ...utils import parse_eps
+from ..losses import trades_kl, weighted_mean
+from .base import METHODS, Method, TrainContext, resolve_epoch
+
+__all__ = ["CFA", "resolve_epoch", "worst_class_rob_acc", "cfa_trades_loss"]
 
 
-def resolve_epoch(value: float, epochs: int) -> int:
-    """An epoch option: values >= 1 are epoch counts, values below 1 fractions of ``epochs``."""
-    return int(value) if value >= 1 else int(round(value * epochs))
+def cfa_trades_loss(ce: torch.Tensor, kl: torch.Tensor, beta: torch.Tensor | float, form: str) -> torch.Tensor:
+    """CFA's calibrated TRADES loss from per-sample CE, KL and beta_y (see the module docstring)."""
+    if form == "unnormalized":
+        return ce.mean() + (beta * kl).mean()
+    if form == "paper":
+        return ((ce + beta * kl) / (1 + beta)).mean()
+    b = beta / (1 + beta)
+    return weighted_mean((1 - b) * ce + b * kl, None)
 
 
 def worst_class_rob_acc(report: Any) -> float:
@@ -58,13 +73,25 @@ class CFA(Method):
         lambda2: float = Field(0.5, ge=0, description="CCR offset")
         ccm: bool = Field(True, description="class-wise eps from train robust accuracy")
         ccr: bool = Field(True, description="class-wise beta from train robust accuracy (trades base)")
-        ccr_form: Literal["paper", "official"] = "paper"
+        ccr_form: Literal["paper", "official", "unnormalized"] = Field(
+            "paper", description="paper: eq. 8 (CE + beta_y KL)/(1 + beta_y); official: (1-b)CE + b KL, "
+                                 "b = beta_y/(1+beta_y) (same value); unnormalized: CE + beta_y KL")
+        attack_model_mode: Literal["eval", "train"] = Field(
+            "eval", description="attack in eval mode, or in train mode (BN batch statistics; official PGD-AT base)")
+        attack_step: float | None = Field(
+            None, gt=0, description="one absolute attack step for every class radius (official: 2/255); "
+                                    "None: rel_step * eps_k")
         calibrate_from: float = Field(10, ge=0, description="first epoch (0-based) calibrated; < 1: fraction")
         fawa: bool = Field(True, description="fairness-aware weight average, used for best.pt and the audit")
         fawa_decay: float = Field(0.85, ge=0, lt=1)
         fawa_threshold: float = Field(0.2, ge=0, le=1, description="min class val robust acc to average an epoch")
         fawa_from: float = Field(50, ge=0, description="first epoch (0-based) that may enter the average; "
                                                        "< 1: fraction")
+
+        @field_validator("attack_step", mode="before")
+        @classmethod
+        def _parse_step(cls, v: Any) -> Any:
+            return None if v is None else parse_eps(v, "attack_step")
 
         @model_validator(mode="after")
         def _resolve_lambda1(self) -> "CFA.Options":
@@ -85,6 +112,7 @@ class CFA(Method):
         self._avg: Any = None                         # torch.optim.swa_utils.AveragedModel
         self._avg_state: dict[str, Any] | None = None  # restored state, applied once the model is known
         self._model: torch.nn.Module | None = None
+        self._attack: Any = None                      # the fixed-step attack (attack_step), else ctx.attack
 
     # ------------------------------------------------------------------ per-class quantities
     def class_eps(self) -> torch.Tensor | None:
@@ -103,8 +131,10 @@ class CFA(Method):
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
         assert ctx.attack is not None, "cfa needs a training attack"
-        self._model = unwrap(model)  # the weights FAWA averages (never the DDP wrapper)
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        self._model = ctx.unwrap(model)  # the weights FAWA averages (never the DDP wrapper)
+        attack = self._attack or ctx.attack
+        kw = {"model_mode": "train"} if self.options.attack_model_mode == "train" else {}
+        x_adv = attack(model, x, y, self.sample_eps(y), generator=ctx.generator, **kw)
         if self.options.base == "pgd-at":
             logits_adv = model(x_adv)
             ctx.record(logits_adv, y)  # t_k is robust accuracy on the training adversarial examples
@@ -113,16 +143,14 @@ class CFA(Method):
         logits_adv = model(x_adv)
         ctx.record(logits_adv, y)
         ce = F.cross_entropy(logits, y, reduction="none")
-        log_p_nat = F.log_softmax(logits.float(), dim=1)
-        kl = (log_p_nat.exp() * (log_p_nat - F.log_softmax(logits_adv.float(), dim=1))).sum(dim=1)
-        beta = self.betas(y)
-        if self.options.ccr_form == "paper":
-            return ce.mean() + (beta * kl).mean()
-        b = beta / (1 + beta)
-        return ((1 - b) * ce + b * kl).mean()
+        return cfa_trades_loss(ce, trades_kl(logits, logits_adv), self.betas(y), self.options.ccr_form)
 
     # ------------------------------------------------------------------ epoch hooks
     def on_train_start(self, ctx: TrainContext) -> None:
+        if self.options.attack_step is not None and self._attack is None:
+            opts = {**ctx.cfg.attack_options, "step": self.options.attack_step}
+            opts.pop("rel_step", None)
+            self._attack = ctx.build_attack(str(ctx.cfg.attack), opts)
         if self.options.fawa and not ctx.cfg.val_per_class:
             raise ConfigError("cfa's FAWA gates on the validation split but val_per_class is 0; set val_per_class "
                               "(e.g. 0.1) or method_options.fawa: false")

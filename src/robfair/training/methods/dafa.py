@@ -8,10 +8,13 @@ the method accumulates, from the adversarial logits it computes anyway, the clas
 and at its end sets the class weights once (as the official code), W = 1 and for every i != j::
 
     if p_i(i) < p_j(j):  W_i += lam * p_i(j) * p_j(j)      (i is the harder class: it gains)
-    else:                W_i -= lam * p_j(i) * p_i(i)      (rule "paper"; zero-sum over pairs)
+    else:                W_i -= lam * p_j(i) * p_i(i)      (zero-sum over pairs)
 
-(rule "official" subtracts ``lam * p_i(j) * p_j(j)`` instead, as the official code does; weights
-are clipped at ``min_weight`` >= 0 so that radii stay valid). From then on class y trains with
+This is the paper's rule (``rule: paper``) and the official code's at its HEAD (``rule: official``,
+rucy74/DAFA at c60ba83, whose ``calculate_class_weights`` was fixed to this form on 2024-09-02 in
+74657cd). ``rule: official-2024-02`` is the code before that fix (4a7f87e), whose else-branch
+subtracts ``lam * p_i(j) * p_j(j)``. Weights are clipped at ``min_weight`` >= 0 so that radii stay
+valid. From then on class y trains with
 
     loss weight W_y on its cross-entropy,  radius eps_y = W_y * eps,  step_y = W_y * step
 
@@ -31,15 +34,13 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from ..distributed import DistInfo, all_reduce_sum
-from .base import METHODS, Method, TrainContext
+from ..losses import trades_kl, weighted_mean
+from .base import METHODS, Method, TrainContext, resolve_epoch
 
 log = logging.getLogger(__name__)
 
-
-def resolve_epoch(value: float, epochs: int) -> int:
-    """An epoch option: values >= 1 are epoch counts, values below 1 fractions of ``epochs``."""
-    return int(value) if value >= 1 else int(round(value * epochs))
+#: the rules of the else-branch; "paper" and "official" (HEAD) are the same formula
+RULES = ("paper", "official", "official-2024-02")
 
 
 def dafa_weights(sim: torch.Tensor, lam: float = 1.0, rule: str = "paper") -> torch.Tensor:
@@ -50,7 +51,9 @@ def dafa_weights(sim: torch.Tensor, lam: float = 1.0, rule: str = "paper") -> to
     harder = (d[:, None] < d[None, :]) & off          # [i, j]: p_i(i) < p_j(j)
     easier = ~(d[:, None] < d[None, :]) & off
     gain = sim * d[None, :]                           # p_i(j) * p_j(j)
-    cost = sim.T * d[:, None] if rule == "paper" else gain   # paper: p_j(i) * p_i(i)
+    if rule not in RULES:
+        raise ValueError(f"unknown DAFA rule {rule!r}; choose one of {', '.join(RULES)}")
+    cost = gain if rule == "official-2024-02" else sim.T * d[:, None]   # paper / HEAD: p_j(i) * p_i(i)
     return 1 + lam * (gain * harder).sum(1) - lam * (cost * easier).sum(1)
 
 
@@ -64,7 +67,9 @@ class DAFA(Method):
         beta: float = Field(6.0, ge=0, description="TRADES beta (trades base)")
         lam: float = Field(1.0, ge=0, description="DAFA's lambda: the scale of the weight shifts")
         warmup: float = Field(70, ge=0, description="epochs before the weights are set (tau); < 1: a fraction")
-        rule: Literal["paper", "official"] = Field("paper", description="the 'else' branch of the update")
+        rule: Literal["paper", "official", "official-2024-02"] = Field(
+            "paper", description="the else-branch: paper = official HEAD (c60ba83): -lam p_j(i) p_i(i); "
+                                 "official-2024-02 (before the 2024-09 fix): -lam p_i(j) p_j(j)")
         min_weight: float = Field(0.0, ge=0, description="lower clip of the weights")
 
     name = "dafa"
@@ -107,13 +112,10 @@ class DAFA(Method):
         w = self.class_weights()
         wy = w[y] if w is not None else None
         if logits is None:  # PGD-AT base: the class weights and margins stay (unlike the official code)
-            ce = F.cross_entropy(logits_adv, y, reduction="none")
-            return (ce * wy).mean() if wy is not None else ce.mean()
+            return weighted_mean(F.cross_entropy(logits_adv, y, reduction="none"), wy, "mean")
         ce = F.cross_entropy(logits, y, reduction="none")
-        log_p_nat = F.log_softmax(logits.float(), dim=1)
-        kl = (log_p_nat.exp() * (log_p_nat - F.log_softmax(logits_adv.float(), dim=1))).sum(dim=1)
-        loss_nat = (ce * wy).mean() if wy is not None else ce.mean()
-        return loss_nat + self.options.beta * kl.mean()
+        loss_nat = weighted_mean(ce, wy, "mean")  # mean(W_y CE): divided by the batch size, as the code
+        return loss_nat + self.options.beta * trades_kl(logits, logits_adv).mean()
 
     def _accumulate(self, logits_adv: torch.Tensor, y: torch.Tensor) -> None:
         probs = torch.softmax(logits_adv.detach().float(), dim=1).double()
@@ -143,8 +145,7 @@ class DAFA(Method):
             return
         self._collect = False
         assert self._prob_sum is not None and self._count is not None
-        dist = DistInfo(ctx.rank, ctx.world_size)
-        stats = all_reduce_sum(torch.cat([self._prob_sum.flatten(), self._count]), dist).cpu()
+        stats = ctx.all_reduce(torch.cat([self._prob_sum.flatten(), self._count])).cpu()
         K = ctx.num_classes
         self.set_similarity(stats[:K * K].view(K, K), stats[K * K:])
         self._prob_sum = self._count = None

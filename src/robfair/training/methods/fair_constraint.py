@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ...errors import ConfigError
+from ..losses import trades_kl
 from .base import METHODS, Method, TrainContext
 
 NOTIONS = ("accuracy-parity", "loss-parity", "equal-opportunity")
@@ -285,8 +286,6 @@ class FairAdversarial(FairConstraint):
         logits = model(x)
         ctx.record(logits, y)
         logits_adv = model(x_adv)
-        log_p = F.log_softmax(logits.float(), dim=1)
-        log_q = F.log_softmax(logits_adv.float(), dim=1)
-        kl = (log_p.exp() * (log_p - log_q)).sum(1)
+        kl = trades_kl(logits, logits_adv)
         ce_adv = F.cross_entropy(logits_adv, y, reduction="none")
         return F.cross_entropy(logits, y) + self.options.beta * kl.mean() + self.penalty(logits_adv, y, g, ce_adv)

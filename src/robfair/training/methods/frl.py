@@ -36,20 +36,31 @@ import logging
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from ...errors import ConfigError
 from .base import METHODS, TrainContext
-from .pgd_at import PGDAT
 from .trades import TRADES
 
 log = logging.getLogger(__name__)
 
 #: the choices ``mode`` sets when the option is left empty (None)
 MODE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "official": {"violation": "signed", "bndy_rate": 2.0, "alpha1_halve_every": 40, "normalization": "joint"},
-    "paper": {"violation": "positive", "bndy_rate": 1.0, "alpha1_halve_every": 0, "normalization": "ratio"},
+    # hannxu123/fair_robust HEAD a80547d (2022-04-27): frlrw.py / frlrmrw.py with utils_frl(2).py
+    "official": {"violation": "signed", "bndy_rate": 2.0, "alpha1_halve_every": 40, "normalization": "ratio",
+                 "beta": 1.5, "tau_nat": 0.07, "tau_bndy": 0.07, "alpha2": 0.2},
+    # the first code commit 18d1177 (2021-06-09): joint normalization, beta 1, bounds 0.1, rate2 0.1, 120 epochs
+    "official-2021": {"violation": "signed", "bndy_rate": 2.0, "alpha1_halve_every": 40, "normalization": "joint",
+                      "beta": 1.0, "tau_nat": 0.1, "tau_bndy": 0.1, "alpha2": 0.1},
+    # the paper's Algorithm 1 read literally (choices it leaves open: docs/methods-frl.md)
+    "paper": {"violation": "positive", "bndy_rate": 1.0, "alpha1_halve_every": 0, "normalization": "ratio",
+              "beta": 1.0, "tau_nat": 0.1, "tau_bndy": 0.1, "alpha2": 0.1},
 }
+#: the official code's commits, by mode (docs/methods-frl.md)
+MODE_SOURCES = {"official": "hannxu123/fair_robust@a80547def881cb4ca99b50e7544f997f9a0210a7",
+                "official-2021": "hannxu123/fair_robust@18d11779da18a93e2c6a5cefa3b709b5e9845948",
+                "paper": "Xu et al., ICML 2021, Algorithms 1-2"}
 
 
 # ================================================================================ the dual step
@@ -87,14 +98,18 @@ class FRL(TRADES):
     baseline-reweight)."""
 
     class Options(TRADES.Options):
-        beta: float = Field(1.0, ge=0, description="TRADES beta; FRL fine-tunes with 1-1.5 (official 1.0)")
-        mode: Literal["official", "paper"] = Field(
-            "official", description="defaults of violation, bndy_rate, alpha1_halve_every, normalization")
-        tau_nat: float = Field(0.1, ge=0, description="tau1: allowed excess of a class's standard error")
-        tau_bndy: float = Field(0.1, ge=0, description="tau2: allowed excess of a class's boundary error")
+        beta: float | None = Field(None, ge=0, description="TRADES beta (official 1.5, official-2021 and paper 1.0)")
+        mode: Literal["official", "official-2021", "paper"] = Field(
+            "official", description="defaults of every option left empty: official = the repository's HEAD "
+                                    "a80547d, official-2021 = its first commit 18d1177, paper = Algorithm 1")
+        tau_nat: float | None = Field(None, ge=0, description="tau1: allowed excess of a class's standard error "
+                                                              "(official 0.07, official-2021/paper 0.1)")
+        tau_bndy: float | None = Field(None, ge=0, description="tau2: allowed excess of a class's boundary error "
+                                                               "(official 0.07, official-2021/paper 0.1)")
         tau_rob: float = Field(0.1, ge=0, description="baseline-reweight: allowed excess of a class's robust error")
         alpha1: float = Field(0.05, gt=0, description="multiplier step (rate1)")
-        alpha2: float = Field(0.1, ge=0, description="remargin step on psi (rate2; paper 0.1-0.2)")
+        alpha2: float | None = Field(None, ge=0, description="remargin step on psi (rate2; official 0.2, "
+                                                             "official-2021/paper 0.1)")
         bndy_rate: float | None = Field(None, gt=0, description="factor on alpha1 for lam_bndy (official 2, paper 1)")
         alpha1_halve_every: int | None = Field(
             None, ge=0, description="halve alpha1 every this many FRL epochs (official 40, paper 0 = never)")
@@ -118,15 +133,27 @@ class FRL(TRADES):
 
         @model_validator(mode="after")
         def _resolve(self) -> "FRL.Options":
-            for key, value in MODE_DEFAULTS[self.mode].items():
-                if getattr(self, key) is None:
-                    setattr(self, key, value)
             if self.margin_min > self.margin_max:
                 raise ConfigError(f"FRL margin_min ({self.margin_min:g}) is above margin_max ({self.margin_max:g}); "
                                   "set margin_min <= margin_max in method_options")
             return self
 
     name: ClassVar[str] = "frl"
+    #: per-method changes to MODE_DEFAULTS (the official HEAD's frlrw.py keeps bounds 0.1)
+    mode_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def mode_defaults(cls, mode: str) -> dict[str, Any]:
+        """The values ``mode`` gives the options left empty, for this registered method."""
+        return {**MODE_DEFAULTS[mode], **cls.mode_overrides.get(mode, {})}
+
+    @classmethod
+    def parse_options(cls, options: Any) -> "FRL.Options":
+        opts = super().parse_options(options)
+        for key, value in cls.mode_defaults(opts.mode).items():
+            if getattr(opts, key) is None:
+                setattr(opts, key, value)
+        return opts  # type: ignore[return-value]
     #: which parts of FRL are on
     reweight_nat: ClassVar[bool] = True
     reweight_bndy: ClassVar[bool] = True
@@ -200,46 +227,22 @@ class FRL(TRADES):
             log.warning("%s: %d steps of %g*eps_i cannot reach the edge of the ball; raise steps or rel_step",
                         self.name, steps, rel)
         if self.options.pretrain_epochs and self.options.pretrain_method == "pgd-at" and self._pretrain_attack is None:
-            from ..trainer import build_attack  # lazy: the trainer imports the methods
-
-            self._pretrain_attack = build_attack(self.options.pretrain_attack, {}, train=True)
+            self._pretrain_attack = ctx.build_attack(self.options.pretrain_attack, {})
         self._refresh()
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        if not self.active:  # pre-training: the hooks return None, so this is plain TRADES / PGD-AT
-            if self._pretrain_attack is None:
-                return super().loss(model, x, y, g, ctx)
-            attack, ctx.attack = ctx.attack, self._pretrain_attack
-            try:
-                return PGDAT.loss(self, model, x, y, g, ctx)  # type: ignore[arg-type]
-            finally:
-                ctx.attack = attack
-        if self.options.normalization == "ratio":
-            return super().loss(model, x, y, g, ctx)
-        f_nat, f_bndy = self._term_scales(y)
-        # TRADES.loss returns R_nat + beta * R_bndy with R = sum w l / sum w ("ratio"); the other
-        # normalizations are f_nat * R_nat + beta * f_bndy * R_bndy, i.e. TRADES at beta * f_bndy / f_nat
-        # scaled by f_nat (no copy of the TRADES loss).
-        beta = self.options.beta
-        self.options.beta = beta * f_bndy / f_nat
-        try:
-            return f_nat * super().loss(model, x, y, g, ctx)
-        finally:
-            self.options.beta = beta
+        if not self.active and self._pretrain_attack is not None:  # PGD-AT pre-training
+            x_adv = self._pretrain_attack(model, x, y, ctx.eps, generator=ctx.generator)
+            logits = model(x_adv)
+            ctx.record(logits, y)
+            return F.cross_entropy(logits, y)
+        # pre-training (hooks None): plain TRADES at FRL's beta; then the class-weighted TRADES loss
+        return super().loss(model, x, y, g, ctx)
 
-    def _term_scales(self, y: torch.Tensor) -> tuple[Any, Any]:
-        """(f_nat, f_bndy): the factors turning the ratio-normalized terms into ``normalization``."""
-        norm = self.options.normalization
-        if norm == "ratio":
-            return 1.0, 1.0
-        n, k = y.numel(), self.num_classes
-        wn, wb = self.class_weights(), self.boundary_weights()
-        s_nat = wn[y].sum() if wn is not None else torch.tensor(n / k, device=y.device)
-        s_bndy = wb[y].sum() if wb is not None else torch.tensor(n / k, device=y.device)
-        if norm == "mean-k":
-            return s_nat * (k / n), s_bndy * (k / n)
-        return s_nat / (s_nat + s_bndy), s_bndy / (s_nat + s_bndy)
+    def term_normalization(self) -> str:
+        """Pre-training is plain TRADES (ratio); the dual loop uses the configured normalization."""
+        return self.options.normalization if self.active else "ratio"
 
     # ------------------------------------------------------------------ the dual step
     @property
@@ -343,6 +346,8 @@ class FRLReweight(FRL):
     name = "frl-reweight"
     reweight_bndy = True
     remargin = False
+    # HEAD frlrw.py: beta 1.5, bound0 = bound1 = 0.1 (frlrmrw.py: 0.07)
+    mode_overrides = {"official": {"tau_nat": 0.1, "tau_bndy": 0.1}}
 
 
 @METHODS.register("frl-remargin", help="FRL Remargin: class weights on CE and a per-class training eps "
@@ -377,4 +382,4 @@ class BaselineReweight(FRL):
 
 
 __all__ = ["FRL", "FRLReweight", "FRLRemargin", "FRLReweightRemargin", "BaselineReweight", "project_multipliers",
-           "frl_weights", "class_margins", "MODE_DEFAULTS"]
+           "frl_weights", "class_margins", "MODE_DEFAULTS", "MODE_SOURCES"]

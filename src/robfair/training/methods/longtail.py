@@ -44,6 +44,8 @@ from pydantic import Field, field_validator
 
 from ...errors import ConfigError, RobfairError
 from ...utils import parse_eps
+from ..losses import (class_balanced_weights, focal_loss, ldam_loss, ldam_margins, logit_adjusted_ce, trades_kl,
+                      weighted_mean)
 from .base import METHODS, Method, TrainContext
 
 __all__ = ["LongTailAT", "CostSensitiveAT", "ResampleAT", "FocalAT", "ClassBalancedAT", "LDAMAT",
@@ -54,41 +56,6 @@ log = logging.getLogger(__name__)
 
 #: per-class training counts given as an option (None: measured by the trainer)
 Counts = list[Annotated[int, Field(ge=0)]] | None
-
-
-# ================================================================================ closed forms
-def focal_loss(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Per-sample focal loss ``(1 - p_y)^gamma * CE`` (``gamma = 0``: CE, bit for bit)."""
-    ce = F.cross_entropy(logits.float(), y, reduction="none")
-    if gamma == 0:
-        return ce
-    # clamped away from 0 so that gamma < 1 has a finite gradient when p_y rounds to 1
-    return (1 - torch.exp(-ce)).clamp_min(torch.finfo(ce.dtype).tiny) ** gamma * ce
-
-
-def class_balanced_weights(counts: torch.Tensor, beta: float) -> torch.Tensor:
-    """Cui et al.'s weights ``(1 - beta) / (1 - beta^n_k)`` (inverse effective number), mean 1 over
-    classes; ``beta = 0`` gives all ones. An empty class is counted as one sample."""
-    n = counts.double().clamp_min(1)
-    w = (1 - beta) / (1 - beta ** n)
-    return (w / w.mean()).float()
-
-
-def ldam_margins(counts: torch.Tensor, max_margin: float) -> torch.Tensor:
-    """LDAM margins ``m_k = C / n_k^(1/4)`` with C such that the rarest class gets ``max_margin``."""
-    m = counts.double().clamp_min(1) ** -0.25
-    return (m * (max_margin / m.max())).float()
-
-
-def _weighted(values: torch.Tensor, w: torch.Tensor | None, reduction: str) -> torch.Tensor:
-    """``sum w_i v_i / sum w_i`` (``weighted-mean``) or ``sum w_i v_i / N`` (``mean``); plain mean
-    without weights; 0 (with a graph) when every weight is 0."""
-    if w is None:
-        return values.mean()
-    if reduction == "mean":
-        return (w * values).mean()
-    den = w.sum()
-    return (w * values).sum() / torch.where(den > 0, den, torch.ones_like(den))
 
 
 # ================================================================================ the shared base
@@ -163,15 +130,12 @@ class LongTailAT(Method):
         if self.options.base == "pgd-at":
             logits = model(x_adv)
             ctx.record(logits, y)
-            return _weighted(self.per_sample_loss(logits, y), wy, red)
+            return weighted_mean(self.per_sample_loss(logits, y), wy, red)
         logits = model(x)
         ctx.record(logits, y)
-        loss_nat = _weighted(self.per_sample_loss(logits, y), wy, red)
-        logits_adv = model(x_adv)
-        log_p_nat = F.log_softmax(logits.float(), dim=1)
-        log_p_adv = F.log_softmax(logits_adv.float(), dim=1)
-        kl = (log_p_nat.exp() * (log_p_nat - log_p_adv)).sum(dim=1)
-        return loss_nat + self.options.beta * _weighted(kl, wy, red)
+        loss_nat = weighted_mean(self.per_sample_loss(logits, y), wy, red)
+        kl = trades_kl(logits, model(x_adv))
+        return loss_nat + self.options.beta * weighted_mean(kl, wy, red)
 
     def class_weights(self) -> torch.Tensor | None:
         self._ensure()
@@ -467,10 +431,7 @@ class LDAMAT(LongTailAT):
 
     def per_sample_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         assert self._margins is not None
-        z = logits.float()
-        m = self._margins.to(z.device)
-        z = z - m[None, :] * F.one_hot(y, z.shape[1]).to(z.dtype)
-        return F.cross_entropy(self.options.s * z, y, reduction="none")
+        return ldam_loss(logits, y, self._margins, self.options.s)
 
     def epoch_state(self) -> dict[str, Any]:
         self._ensure()
@@ -498,8 +459,7 @@ class LogitAdjustAT(LongTailAT):
 
     def per_sample_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         assert self._offsets is not None
-        z = logits.float()
-        return F.cross_entropy(z + self._offsets.to(z.device), y, reduction="none")
+        return logit_adjusted_ce(logits, y, self._offsets)
 
     def epoch_state(self) -> dict[str, Any]:
         self._ensure()

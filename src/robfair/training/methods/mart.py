@@ -7,32 +7,18 @@ With x' from the training attack (PGD-10 on cross-entropy) and p = softmax::
 
 as in the official code (its 1.0001 / 1e-12 guards included; the weight ``1 - p_y(x)`` is not
 detached). With ``class_weights`` from a subclass both means become ``sum w[y] . / sum w[y]``.
+The loss itself is ``robfair.training.losses.mart_loss``.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 
+from ..losses import mart_loss
 from .base import METHODS, Method, TrainContext
 
-
-def mart_loss(logits_nat: torch.Tensor, logits_adv: torch.Tensor, y: torch.Tensor, beta: float,
-              weights: torch.Tensor | None = None) -> torch.Tensor:
-    """The MART loss of one batch from clean and adversarial logits (float32 even under autocast);
-    ``weights``: optional (N,) per-sample weights (weighted means)."""
-    logits_nat, logits_adv = logits_nat.float(), logits_adv.float()
-    p_adv = torch.softmax(logits_adv, dim=1)
-    p_other = p_adv.masked_fill(F.one_hot(y, p_adv.shape[1]).bool(), -1.0).amax(dim=1)
-    bce = F.cross_entropy(logits_adv, y, reduction="none") - torch.log(1.0001 - p_other + 1e-12)
-    log_p_nat = F.log_softmax(logits_nat, dim=1)
-    p_nat = log_p_nat.exp()
-    kl = (p_nat * (log_p_nat - F.log_softmax(logits_adv, dim=1))).sum(dim=1)
-    reg = kl * (1.0000001 - p_nat.gather(1, y[:, None]).squeeze(1))
-    if weights is None:
-        return bce.mean() + beta * reg.mean()
-    return (weights * bce).sum() / weights.sum() + beta * (weights * reg).sum() / weights.sum()
+__all__ = ["MART", "mart_loss"]
 
 
 @METHODS.register("mart", help="boosted CE on x' + KL weighted by 1 - p_y(x) (Wang et al. 2020)")

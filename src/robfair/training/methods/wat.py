@@ -11,12 +11,20 @@ and the next epoch trains TRADES with the per-class weights plus the pseudo-clas
 whole batch: ``loss = mean_i (w[y_i] + w_avg) * (CE_i + beta * KL_i)`` (the official form;
 ``normalize: true`` divides by ``sum_i (w[y_i] + w_avg)`` instead of the batch size).
 
-Reconstruction (options): the official code re-attacks the validation split with the TRADES
-attack and uses the per-class TRADES *surrogate* loss; the trainer's validation report holds
-per-class counts, so the default cost is TRADES' 0-1 risk that the surrogate bounds,
-``cost: trades-01`` = std_err_k + beta * bndy_err_k (under the validation attack), or
-``cost: rob-err`` (robust error). Before the first validation all weights are ``K / (K + 1)``
-(Hedge at C = 0; the official code starts from 1).
+The cost (``cost``):
+
+- ``trades-surrogate`` (default; the official code, boqili/WAT at 62d1184): after validation the
+  method re-attacks the validation split with the training attack (TRADES-KL at the global eps, model
+  in eval mode) and pays each class its *surrogate* ``mean CE + beta * mean KL`` over the class's
+  validation samples; the pseudo-class pays the same over the whole split. (The official code divides
+  the class sums by ``batches * batch_size / K``, which equals the class mean for a balanced split
+  with full batches; robfair uses each class's exact count.)
+- ``trades-01``: TRADES' 0-1 risk that the surrogate bounds, ``std_err_k + beta * bndy_err_k`` under
+  the trainer's validation attack (no extra attack pass);
+- ``rob-err``: the class's robust error under the validation attack.
+
+Before the first validation all weights are ``K / (K + 1)`` (Hedge at C = 0; the official code starts
+every weight at 1).
 """
 
 from __future__ import annotations
@@ -29,12 +37,16 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ...errors import ConfigError
+from ..losses import per_class_sums, trades_kl
 from .base import METHODS, Method, TrainContext
 
 
 def report_costs(report: Any, cost: str, beta: float) -> tuple[np.ndarray, float]:
     """Per-class costs (K,) and the whole set's cost of a validation ``GroupReport``; a class with no
     validation samples gets the whole set's cost (neutral for Hedge)."""
+    if cost not in ("trades-01", "rob-err"):
+        raise ConfigError(f"wat cost {cost!r} is not computed from a validation report; use trades-01 or rob-err, "
+                          "or let the method re-attack the validation split (trades-surrogate)")
     frame, overall = report.by_class, report.overall
 
     def of(src: Any) -> Any:
@@ -55,7 +67,9 @@ class WAT(Method):
     class Options(Method.Options):
         beta: float = Field(6.0, ge=0, description="TRADES beta (training loss and the trades-01 cost)")
         eta: float = Field(0.1, gt=0, description="Hedge learning rate on the cumulative costs")
-        cost: Literal["trades-01", "rob-err"] = Field("trades-01", description="per-class validation cost")
+        cost: Literal["trades-surrogate", "trades-01", "rob-err"] = Field(
+            "trades-surrogate", description="per-class validation cost: trades-surrogate (official: re-attack "
+                                            "with TRADES-KL, mean CE + beta mean KL), trades-01 or rob-err")
         average_class: bool = Field(True, description="add the 'average' pseudo-class (whole-batch term)")
         normalize: bool = Field(False, description="divide by the summed sample weights instead of the batch size")
 
@@ -96,8 +110,7 @@ class WAT(Method):
         logits_adv = model(x_adv)
         ctx.record(logits_adv, y)
         ce = F.cross_entropy(logits, y, reduction="none")
-        log_p_nat = F.log_softmax(logits.float(), dim=1)
-        kl = (log_p_nat.exp() * (log_p_nat - F.log_softmax(logits_adv.float(), dim=1))).sum(dim=1)
+        kl = trades_kl(logits, logits_adv)
         s = self.class_weights().to(y.device)[y]
         per_sample = s * (ce + self.options.beta * kl)
         return per_sample.sum() / s.sum() if self.options.normalize else per_sample.mean()
@@ -111,11 +124,52 @@ class WAT(Method):
     def on_epoch_end(self, ctx: TrainContext, val_report: Any | None) -> None:
         if val_report is None:
             raise ConfigError("wat needs a validation report each epoch; pass a validation set")
-        self.update(val_report)
+        if self.options.cost == "trades-surrogate":
+            self.add_costs(*self.surrogate_costs(ctx))
+        else:
+            self.update(val_report)
+
+    @torch.no_grad()
+    def _forward(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    def surrogate_costs(self, ctx: TrainContext) -> tuple[np.ndarray, float]:
+        """The official cost: per-class ``mean CE + beta * mean KL`` on the validation split re-attacked
+        with the training attack (eval mode), and the same over the whole split (all ranks summed)."""
+        if ctx.val_batches is None or ctx.model is None or ctx.attack is None:
+            raise ConfigError("wat cost 'trades-surrogate' re-attacks the validation split, but the training loop "
+                              "offers none; train with robfair's Trainer and a validation split, or set "
+                              "cost: trades-01")
+        K, beta = ctx.num_classes, self.options.beta
+        model = ctx.model
+        flags = [(m, m.training) for m in model.modules()]
+        model.eval()
+        gen = torch.Generator(device=ctx.device)
+        gen.manual_seed(int(ctx.cfg.seed) * 1_000_003 + 7919 * (ctx.epoch + 1) + ctx.rank)
+        sums = torch.zeros(2 * K, dtype=torch.float64, device=ctx.device)
+        try:
+            for x, y, _ in ctx.val_batches(ctx.cfg.val_batch_size or ctx.cfg.batch_size):
+                x_adv = ctx.attack(model, x, y, ctx.eps, generator=gen)
+                logits, logits_adv = self._forward(model, x), self._forward(model, x_adv)
+                cost = F.cross_entropy(logits.float(), y, reduction="none") + beta * trades_kl(logits, logits_adv)
+                sums[:K] += per_class_sums(cost, y, K)
+                sums[K:] += per_class_sums(torch.ones_like(cost), y, K)
+        finally:
+            for m, flag in flags:
+                m.training = flag
+        sums = ctx.all_reduce(sums).cpu()
+        total, count = sums[:K].numpy(), sums[K:].numpy()
+        avg = float(total.sum() / max(count.sum(), 1.0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_class = np.where(count > 0, total / np.maximum(count, 1.0), avg)
+        return per_class, avg
 
     def update(self, report: Any) -> None:
         """Add one validation report's costs to the cumulative costs (one Hedge round)."""
-        per_class, avg = report_costs(report, self.options.cost, self.options.beta)
+        self.add_costs(*report_costs(report, self.options.cost, self.options.beta))
+
+    def add_costs(self, per_class: np.ndarray, avg: float) -> None:
+        """One Hedge round from per-class costs (K,) and the whole set's cost."""
         c = torch.as_tensor(per_class, dtype=torch.float64)
         if self.options.average_class:
             c = torch.cat([c, torch.tensor([avg], dtype=torch.float64)])
