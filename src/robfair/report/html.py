@@ -3,6 +3,13 @@ no network), plus the same tables as Markdown and CSV.
 
     paths = write_report(entries, "report.html", title="frl-table")   # report.html, report.md, report_tables/*.csv
 
+Picture first: the page opens with plain statements (a collapsed model, one at chance level) and the
+figure that answers "which classes are weak, how much, and how sure" (robust accuracy per class with
+95% intervals, sorted, average line, worst marked), then the class x run heatmap and the Pareto plot,
+then the tables, then one collapsible section per run (standard / boundary error split, eps curves,
+group x class heatmap, confusion matrices, training curves and the method's per-class state from
+metrics.jsonl).
+
 Every label (run, class, method names, warnings) goes through Jinja2 autoescaping: a class named
 ``<script>`` is shown as text. Matplotlib math parsing is off, so ``$`` in a name is text too.
 """
@@ -13,7 +20,10 @@ import base64
 import contextlib
 import html as _html
 import io
+import json
 import math
+import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+from markupsafe import Markup
 
 from ..utils import atomic_path
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
@@ -34,6 +45,7 @@ class Figure:
     title: str
     b64: str
     alt: str = ""
+    caption: str = ""
 
 
 @dataclass
@@ -42,6 +54,7 @@ class RunSection:
     lines: list[str]
     figures: list[Figure]
     config: list[tuple[str, str]] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +87,32 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _figure(build: Any, title: str, alt: str, caption: str = "") -> Figure | None:
+    """Run a plots.* builder under the report's matplotlib settings; None when it has nothing to draw."""
+    with _mpl():
+        fig = build()
+        if fig is None:
+            return None
+        return Figure(title, _png(fig), alt, caption)
+
+
+def overview_figure(entries: Sequence[RunEntry], max_panels: int = 8) -> Figure:
+    """The opening figure: robust accuracy per class with 95% Wilson intervals, sorted, per run."""
+    from . import plots
+
+    shown = list(entries)[:max_panels]
+    more = len(entries) - len(shown)
+    return _figure(lambda: plots.overview_figure([(e.name, e.report) for e in shown], max_panels=max_panels),
+                   "Which classes are weak, how much, and how sure",
+                   "robust accuracy per class, sorted, with intervals, for " + ", ".join(e.name for e in shown),
+                   "Robust accuracy of every class (worst case over the audit's attacks), weakest first; bars show "
+                   "95% Wilson intervals, the dashed line the average over all samples, red the worst class "
+                   "(every class tied at the minimum is red)." + (
+                       " With more than 40 classes only the 20 weakest are named; the heatmap names all." if
+                       max(len(e.report.group_names) for e in shown) > 40 else "") + (f" The first {len(shown)} of {len(entries)} runs; "
+                                                                  "all runs are in the heatmap below." if more else ""))
+
+
 def bars_figure(entry: RunEntry) -> Figure:
     """Per-class clean vs robust accuracy with 95% Wilson intervals (``report.plots.classwise_bars``)."""
     from .plots import classwise_bars
@@ -84,38 +123,93 @@ def bars_figure(entry: RunEntry) -> Figure:
     return Figure("clean vs robust accuracy per class", b64, f"per-class accuracy of {entry.name}")
 
 
+def error_split_figure(entry: RunEntry) -> Figure:
+    from . import plots
+
+    return _figure(lambda: plots.error_split_figure(entry.report), "standard and boundary error per class",
+                   f"standard and boundary error per class of {entry.name}",
+                   "Robust error = standard error (wrong on the clean input, grey) + boundary error (right on the "
+                   "clean input, wrong under attack, orange), per class, largest robust error first. FRL's "
+                   "question is which of the two makes the worst class worst.")
+
+
 def confusion_figure(entry: RunEntry) -> Figure:
     """Clean and adversarial confusion matrices, rows normalized (true class -> predicted class)."""
+    from . import plots
+
+    return _figure(lambda: plots.confusion_figure(entry.report), "confusion matrices (row-normalized)",
+                   f"confusion matrices of {entry.name}")
+
+
+def _sweep_reports(entry: RunEntry) -> list[Any]:
+    return [getattr(r, "main", r) for r in entry.eps_sweep or []]
+
+
+def eps_figure(entry: RunEntry) -> Figure:
+    """Robust accuracy per class/group against eps (the run's eps sweep), with 95% bands."""
+    from . import plots
+
+    reps = _sweep_reports(entry)
+    eps = [float(r.eps) for r in reps]
+    names = [str(g) for g in reps[0].group_names]
+    frames = [r.by_group for r in reps]
+    vals, lo, hi = (np.stack([f[c].to_numpy(dtype=float) for f in frames]) for c in ("rob_acc", "rob_acc_lo", "rob_acc_hi"))
+    avg = [r.overall["rob_acc"] for r in reps]
+    audit_eps = (getattr(entry.audit, "meta", {}) or {}).get("eps")
+    audit_eps = float(audit_eps) if isinstance(audit_eps, (int, float)) else None
+    many = len(names) > 10
+    return _figure(lambda: plots.eps_curves_figure(eps, names, vals, lo, hi, avg, audit_eps=audit_eps),
+                   f"robust accuracy vs eps per class: {entry.name}", f"robust accuracy against eps for {entry.name}",
+                   "One line per class" + (" (the 5 weakest at the largest eps in colour with 95% Wilson bands, "
+                                           "the others grey)" if many else "") +
+                   f"; attack {reps[0].attack or '-'}; dashed: the average over all samples.")
+
+
+def groups_heatmap_figure(entry: RunEntry) -> Figure | None:
+    """Robust accuracy per (group, class) cell, when the data has groups other than the classes."""
+    from . import plots
+
     rep = entry.report
-    names = list(rep.class_names)
-    k = len(names)
-    with _mpl() as plt:
-        size = min(4.2 + 0.18 * k, 9)
-        fig, axes = plt.subplots(1, 2, figsize=(2 * size, size * 0.9))
-        for ax, adv, what in ((axes[0], False, "clean"), (axes[1], True, "adversarial")):
-            m = rep.confusion(adv).astype(float)
-            m = np.divide(m, m.sum(1, keepdims=True), out=np.zeros_like(m), where=m.sum(1, keepdims=True) > 0)
-            im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
-            ax.set_title(f"{what} inputs")
-            ax.set_xlabel("predicted class")
-            ax.set_ylabel("true class")
-            if k <= 20:
-                ax.set_xticks(range(k))
-                ax.set_yticks(range(k))
-                ax.set_xticklabels([str(n) for n in names], rotation=90, fontsize=7)
-                ax.set_yticklabels([str(n) for n in names], fontsize=7)
-                if k <= 12:
-                    for i in range(k):
-                        for j in range(k):
-                            if m[i, j] >= 0.01:
-                                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                                        color="white" if m[i, j] < 0.6 else "black")
-        fig.colorbar(im, ax=list(axes), fraction=0.025)
-        return Figure("confusion matrices (row-normalized)", _png(fig), f"confusion matrices of {entry.name}")
+    if rep.groups_are_classes:
+        return None
+    c = rep.counts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mat = np.where(c.n > 0, c.robust / np.maximum(c.n, 1), np.nan)
+    return _figure(lambda: plots.heatmap_figure(mat, rep.group_names, rep.class_names, xlabel="class", ylabel="group"),
+                   "robust accuracy per group and class", f"group by class heatmap of {entry.name}",
+                   "Robust accuracy of each (group, class) cell in percent; blank cells have no samples; each "
+                   "group's worst class is outlined in red.")
+
+
+def class_run_heatmap(entries: Sequence[RunEntry]) -> Figure | None:
+    """Robust accuracy of every class in every run (runs sharing the first run's classes). Runs are
+    rows up to 30 classes; beyond, classes are rows (weakest on average first) so 100 stay legible."""
+    from . import plots
+
+    ref = tuple(entries[0].report.group_names) if entries else ()
+    same = [e for e in entries if tuple(e.report.group_names) == ref]
+    if len(same) < 2:
+        return None
+    mat = np.stack([e.report.by_group["rob_acc"].to_numpy(dtype=float) for e in same])  # runs x classes
+    runs = [e.name for e in same]
+    classes = [str(c) for c in ref]
+    left = f" ({len(entries) - len(same)} runs on other classes left out)" if len(same) < len(entries) else ""
+    if len(classes) <= 30:
+        build = lambda: plots.heatmap_figure(mat, runs, classes, xlabel="class", ylabel="run")  # noqa: E731
+        cap = "Rows: runs, columns: classes; each run's worst class outlined in red."
+    else:
+        order = np.argsort(np.nanmean(mat, 0), kind="stable")
+        build = lambda: plots.heatmap_figure(mat[:, order].T, [classes[i] for i in order], runs, xlabel="run",  # noqa: E731
+                                             ylabel="class (weakest on average first)", mark_row_min=False)
+        cap = "Rows: classes sorted by their mean robust accuracy over the runs, weakest on top; columns: runs."
+    return _figure(build, "robust accuracy per class and run", "class by run heatmap of robust accuracy",
+                   "Robust accuracy in percent (brighter is better). " + cap + left)
 
 
 def pareto_figure(entries: Sequence[RunEntry]) -> Figure:
     """Average vs worst-class robust accuracy, one point per setting (mean ± sd over seeds)."""
+    from . import plots
+
     settings = group_settings(entries)
     pts, sds, labels, methods = [], [], [], []
     for s in settings:
@@ -128,57 +222,86 @@ def pareto_figure(entries: Sequence[RunEntry]) -> Figure:
         methods.append(s.label("method") or s.name)
     front = pareto_by_dataset(settings, pts)
     keys = [dataset_key(s) for s in settings]
-    with _mpl() as plt:
-        fig, ax = plt.subplots(figsize=(7.5, 5.2))
-        uniq = list(dict.fromkeys(methods))
-        cmap = plt.get_cmap("tab10" if len(uniq) <= 10 else "tab20")
-        for m in uniq:
-            idx = [i for i, mm in enumerate(methods) if mm == m]
-            ax.errorbar([100 * pts[i][0] for i in idx], [100 * pts[i][1] for i in idx],
-                        xerr=[100 * sds[i][0] for i in idx], yerr=[100 * sds[i][1] for i in idx], fmt="o", ms=6,
-                        color=cmap(uniq.index(m) % cmap.N), label=m, capsize=2, lw=0.8)
-        for n, key in enumerate(dict.fromkeys(keys)):  # one front per dataset
-            fr = sorted((pts[i] for i in range(len(pts)) if front[i] and keys[i] == key), key=lambda p: p[0])
-            if fr:
-                ax.plot([100 * p[0] for p in fr], [100 * p[1] for p in fr], "--", color="grey", lw=1,
-                        label="Pareto front" + (f" ({key[0]})" if len(set(keys)) > 1 else "") if n < 6 else None)
-        if len(labels) <= 30:
-            for (x, y), lab in zip(pts, labels):
-                if math.isfinite(x) and math.isfinite(y):
-                    ax.annotate(lab, (100 * x, 100 * y), xytext=(4, 3), textcoords="offset points", fontsize=6.5)
-        for axis, k in ((ax.set_xlim, 0), (ax.set_ylim, 1)):  # zoom on the points (with their error bars)
-            vals = [100 * (p[k] + sg * d[k]) for p, d in zip(pts, sds) for sg in (-1, 1) if math.isfinite(p[k])]
-            if vals:
-                lo, hi = min(vals), max(vals)
-                pad = max(1.0, 0.12 * (hi - lo))
-                axis(max(0.0, lo - pad), min(100.0, hi + pad))
-        ax.set_xlabel("average robust accuracy (%)")
-        ax.set_ylabel("worst-class robust accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-        return Figure("average vs worst-class robust accuracy", _png(fig),
-                      "Pareto plot of average against worst-class robust accuracy")
+    return _figure(lambda: plots.pareto_figure(pts, sds, labels, methods, front, keys),
+                   "average vs worst-class robust accuracy", "Pareto plot of average against worst-class robust accuracy",
+                   "One point per setting (mean ± sd over seeds). Up and right is better; ringed points are on the "
+                   "Pareto front (no other setting on the same dataset is better in both), joined by the black staircase.")
 
 
-def eps_figure(entry: RunEntry) -> Figure:
-    """Robust accuracy per class/group against eps (the run's eps sweep)."""
-    reps = [getattr(r, "main", r) for r in entry.eps_sweep or []]
-    eps = [r.eps for r in reps]
-    names = list(reps[0].group_names)
-    vals = np.stack([r.by_group["rob_acc"].to_numpy(dtype=float) for r in reps])  # (E, G)
-    avg = [r.overall["rob_acc"] for r in reps]
-    with _mpl() as plt:
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-        for gi, g in enumerate(names[:20]):
-            ax.plot(eps, 100 * vals[:, gi], "-o", ms=3, lw=1, color=cmap(gi % cmap.N), label=str(g))
-        ax.plot(eps, [100 * a for a in avg], "k--", lw=2, label="average")
-        ax.set_xlabel("eps")
-        ax.set_ylabel("robust accuracy (%)")
-        ax.set_ylim(0, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        return Figure(f"robust accuracy vs eps: {entry.name}", _png(fig), f"robust accuracy against eps for {entry.name}")
+def read_history(entry: RunEntry) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl lines (empty when there is none; unreadable lines skipped)."""
+    if entry.path is None:
+        return []
+    p = Path(entry.path) / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def training_figures(entry: RunEntry) -> list[Figure]:
+    from . import plots
+
+    hist = read_history(entry)
+    if not hist:
+        return []
+    names = [str(c) for c in entry.report.group_names]
+    method = str(entry.config.get("method") or "")
+    out = [_figure(lambda: plots.training_figure(hist, names), "training curves", f"training curves of {entry.name}",
+                   "From metrics.jsonl: the training loss, validation accuracy (the validation split carved from the "
+                   "training set; the dotted line is the epoch best.pt holds) and validation robust accuracy per class.")]
+    out.append(_figure(lambda: plots.method_state_figure(hist, method, names), f"{method or 'method'} state per class over epochs",
+                       f"per-class state of {method} over epochs",
+                       "The method's own per-class quantities as logged in metrics.jsonl after each epoch "
+                       "(weights, per-class eps, multipliers ...)."))
+    return [f for f in out if f is not None]
+
+
+# ============================================================================== plain statements
+def model_statements(rep: Any) -> list[str]:
+    """Plain sentences for a model that is collapsed (one predicted class takes almost every input),
+    no better than chance on clean inputs, or has no robustness at all; empty when none applies."""
+    from ..metrics import wilson
+
+    out: list[str] = []
+    n = rep.n
+    k = rep.num_classes
+    if n == 0 or k < 2:
+        return out
+    conf = rep.confusion(False)
+    pred = conf.sum(0)
+    top = int(np.argmax(pred))
+    share = pred[top] / max(1, pred.sum())
+    prior = conf.sum(1) / max(1, conf.sum())
+    chance = float(prior.max())
+    o = rep.overall
+    lo, hi = wilson(int(round(o["clean_acc"] * n)), n)
+    if share >= 0.9:
+        out.append(f"The model is collapsed: it predicts class '{rep.class_names[top]}' for {100 * share:.0f}% of the "
+                   f"clean inputs.")
+    if lo <= chance + 1e-12 or hi <= chance + 0.02:
+        out.append(f"Clean accuracy {100 * o['clean_acc']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] is at chance level "
+                   f"(always predicting the largest class gives {100 * chance:.1f}%): per-class numbers describe a "
+                   "model that has not learned the task.")
+    if o["rob_acc"] == 0 and o["clean_acc"] > 0:
+        out.append("Robust accuracy is 0 in every class: the attack fools the model on every input, so the class-wise "
+                   "robust numbers carry no ranking.")
+    return out
+
+
+def _tied(names: Sequence[Any], values: Sequence[float]) -> str:
+    from .plots import tied_min
+
+    idx = tied_min(values)
+    shown = ", ".join(str(names[i]) for i in idx[:4])
+    return shown + (f" and {len(idx) - 4} more, tied" if len(idx) > 4 else (" (tied)" if len(idx) > 1 else ""))
 
 
 # ============================================================================== the page
@@ -187,8 +310,14 @@ def _config_lines(e: RunEntry) -> list[tuple[str, str]]:
     out = [(k, str(e.config[k])) for k in keys if k in e.config]
     a = e.audit.meta if hasattr(e.audit, "meta") else {}
     if a:
-        out.append(("audit", f"{', '.join(map(str, a.get('attacks', [])))} at eps {a.get('eps')}, n={a.get('n')}"))
+        out.append(("audit", f"{', '.join(map(str, a.get('attacks', [])))} at eps {_fmt_eps(a.get('eps'))}, n={a.get('n')}"))
+    if e.path is not None:
+        out.append(("folder", str(e.path)))
     return out
+
+
+def _fmt_eps(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[RunSection]:
@@ -197,57 +326,121 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
         rep = e.report
         agg = rep.aggregates()
         chi = rep.chi2()["robust"]
+        bg = rep.by_group
         lines = [f"clean accuracy {100 * agg['clean_acc']['avg']:.1f}% (worst {100 * agg['clean_acc']['worst']:.1f}%, "
-                 f"{agg['clean_acc']['worst_group']}); robust {100 * agg['rob_acc']['avg']:.1f}% "
-                 f"(worst {100 * agg['rob_acc']['worst']:.1f}%, {agg['rob_acc']['worst_group']})",
+                 f"{_tied(bg.index, bg['clean_acc'].to_numpy(dtype=float))}); robust {100 * agg['rob_acc']['avg']:.1f}% "
+                 f"(worst {100 * agg['rob_acc']['worst']:.1f}%, {_tied(bg.index, bg['rob_acc'].to_numpy(dtype=float))})",
                  f"do the classes differ in robust accuracy? chi2 = {chi['statistic']:.1f} (dof {chi['dof']}), "
                  f"p = {chi['p_value']:.2g}" + (f" ({chi['note']})" if chi.get("note") else "")]
-        figs = [bars_figure(e), confusion_figure(e)] if figures else []
-        if figures and e.eps_sweep:
-            figs.append(eps_figure(e))
+        figs: list[Figure] = []
+        if figures:
+            figs = [error_split_figure(e)]
+            if e.eps_sweep:
+                figs.append(eps_figure(e))
+            figs.append(groups_heatmap_figure(e))
+            figs += training_figures(e)
+            figs.append(confusion_figure(e))
+            figs = [f for f in figs if f is not None]
         if e.certify:
             from .certify import curves_figure, run_lines
 
             lines += run_lines(e.certify)
             if figures:
                 figs.append(curves_figure({e.name: e.certify}))
-        out.append(RunSection(e.name, lines, figs, _config_lines(e)))
+        out.append(RunSection(e.name, lines, figs, _config_lines(e), model_statements(rep)))
     return out
 
 
+# ---------------------------------------------------------------------------------------------- tables for display
+_CI = re.compile(r"^(.*?) (\[[^\]]*\])(.*)$")
+
+
+def _cell(text: Any) -> Markup:
+    """A table cell: ``value [lo, hi]`` as the value with the interval on a second, smaller line
+    (tables stay narrow); everything escaped."""
+    s = str(text)
+    m = _CI.match(s)
+    if not m:
+        return Markup.escape(s)
+    return Markup('{}<span class="ci">{}{}</span>').format(m.group(1), m.group(2), m.group(3))
+
+
+def display_table(t: Table, max_columns: int = 14) -> Table:
+    """``t`` for the page: transposed (one row per column of ``t``) when it has more than
+    ``max_columns`` columns and fewer rows than columns, e.g. per-class tables of CIFAR-100."""
+    if len(t.columns) <= max_columns or len(t.rows) >= len(t.columns) - 1:
+        return t
+    head = [t.columns[0]] + [r[0] for r in t.rows]
+    rows = [[c] + [r[j] for r in t.rows] for j, c in enumerate(t.columns) if j > 0]
+    emph = [[False] + [em[j] for em in t.emph] for j in range(1, len(t.columns))]
+    good = [[False] + [g[j] for g in t.good] for j in range(1, len(t.columns))]
+    label = t.columns[0]
+    return Table(t.key, t.title, [f"{label} →"] + head[1:], rows, t.data,
+                 (t.note + " " if t.note else "") + f"Transposed: one row per {'class' if t.key.startswith('benz') else 'column'}.",
+                 emph, good)
+
+
 def render_html(*, title: str, description: str, meta: list[tuple[str, str]], tables: Sequence[Table],
-                figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]]) -> str:
+                figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
+                statements: Sequence[tuple[str, str]] = ()) -> str:
     """The page from its parts (Jinja2, autoescape on)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(title=title, description=description, meta=meta, tables=tables,
-                                                      figures=figures, runs=runs, warnings=warnings)
+    env.filters["cell"] = _cell
+    return env.get_template("report.html.j2").render(title=title, description=description, meta=meta,
+                                                      tables=[display_table(t) for t in tables], figures=figures,
+                                                      runs=runs, warnings=warnings, statements=statements)
 
 
-def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str = "robfair report", description: str = "",
+def default_title(paths: Sequence[str | Path]) -> str:
+    """A page title from what was reported: the folder's name (resolved, so ``.`` works), the
+    parent folder of a bare ``audit.json``, or the names joined."""
+    names = []
+    for p in paths:
+        p = Path(p).expanduser().resolve()
+        if p.is_file():
+            p = p.parent if p.name == "audit.json" else p.with_suffix("")
+        names.append(p.name or str(p))
+    names = list(dict.fromkeys(n for n in names if n))
+    return " vs ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else "robfair report"
+
+
+def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | None = None, description: str = "",
                  baseline: str | None = None, n_boot: int = 1000, figures: bool = True,
                  extra_warnings: Sequence[str] = ()) -> ReportPaths:
     """Write ``out`` (HTML), ``out`` with ``.md`` and ``<stem>_tables/*.csv``. Everything is computed
-    before the first file is written."""
+    before the first file is written. ``title`` defaults to the runs' common folder."""
     from .. import __version__
 
     entries = list(entries)
     out = Path(out)
+    if not title:
+        paths = [e.path for e in entries if e.path is not None]
+        common = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths])) if paths else None
+        title = default_title([common]) if common is not None else "robfair report"
     tables = paper_tables(entries, baseline=baseline, n_boot=n_boot, extra_warnings=extra_warnings)
-    figs = [pareto_figure(entries)] if figures else []
+    figs: list[Figure] = []
+    if figures:
+        figs = [overview_figure(entries), class_run_heatmap(entries)]
+        if len(group_settings(entries)) > 1:
+            figs.append(pareto_figure(entries))
+        figs = [f for f in figs if f is not None]
     sections = run_sections(entries, figures=figures)
+    statements = [(s.name, line) for s in sections for line in s.statements]
     warn = [(e.name, w) for e in entries for w in getattr(e.audit, "warnings", [])] + [("(report)", w) for w in extra_warnings]
     attacks = sorted({a for e in entries for a in (getattr(e.audit, "meta", {}) or {}).get("attacks", [])})
-    eps = sorted({str((getattr(e.audit, "meta", {}) or {}).get("eps")) for e in entries})
+    eps = sorted({_fmt_eps((getattr(e.audit, "meta", {}) or {}).get("eps")) for e in entries})
     settings = group_settings(entries)
     meta = [("runs", f"{len(entries)} in {len(settings)} settings"), ("attacks", ", ".join(attacks) or "-"),
             ("audit eps", ", ".join(eps)), ("generated", time.strftime("%Y-%m-%d %H:%M")),
             ("robfair", __version__)]
     page = render_html(title=title, description=description, meta=meta, tables=tables, figures=figs,
-                       runs=sections, warnings=warn)
+                       runs=sections, warnings=warn, statements=statements)
     md_intro = "\n".join(f"- {k}: {v}" for k, v in meta) + ("\n\n" + description if description else "")
+    if statements:
+        md_intro += "\n\n" + "\n".join(f"- **{run}**: {line}" for run, line in statements)
     markdown = to_markdown(tables, title=title, intro=md_intro)
     with atomic_path(out) as tmp:
         tmp.write_text(page, encoding="utf-8")

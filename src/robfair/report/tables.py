@@ -81,8 +81,9 @@ class Setting:
 
 @dataclass
 class Table:
-    """A table in display form (``rows`` of strings, ``emph`` marks cells to highlight) and in
-    number form (``data``, written as CSV)."""
+    """A table in display form (``rows`` of strings; ``emph`` marks cells to highlight as bad, e.g.
+    the worst class, ``good`` as good, e.g. on the Pareto front) and in number form (``data``,
+    written as CSV)."""
 
     key: str
     title: str
@@ -91,10 +92,13 @@ class Table:
     data: pd.DataFrame
     note: str = ""
     emph: list[list[bool]] = field(default_factory=list)
+    good: list[list[bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.emph:
             self.emph = [[False] * len(r) for r in self.rows]
+        if not self.good:
+            self.good = [[False] * len(r) for r in self.rows]
 
 
 def group_settings(entries: Iterable[RunEntry]) -> list[Setting]:
@@ -241,7 +245,7 @@ def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None =
     if base is not None:
         columns.append(f"rho vs {base.name}")
     columns.append("Pareto")
-    rows, emph, records = [], [], []
+    rows, emph, good, records = [], [], [], []
     for s, on_front in zip(settings, front):
         row = [s.name, s.label("data"), s.label("model"), s.label("method"), str(len(s.runs))]
         rec: dict[str, Any] = {"setting": s.name, "data": s.label("data"), "model": s.label("model"),
@@ -253,7 +257,7 @@ def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None =
             rec.update({key: nums["value"], f"{key}_sd": nums["sd"], f"{key}_lo": nums["lo"], f"{key}_hi": nums["hi"]})
         worst, distinct = worst_changes(s, stats)
         if len(worst) == 1:
-            row.append(worst[0])
+            row.append(tied_names(s.reports[0]))
         else:
             top = max(worst, key=worst.count)
             row.append(f"{top} ({worst.count(top)}/{len(worst)} seeds)")
@@ -269,7 +273,8 @@ def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None =
         row.append("yes" if on_front else "")
         rec["pareto"] = bool(on_front)
         rows.append(row)
-        emph.append([False] * (len(row) - 1) + [on_front])
+        emph.append([False] * len(row))
+        good.append([False] * (len(row) - 1) + [on_front])
         records.append(rec)
     note = ("Percent. One seed: value [95% interval] (Wilson for averages, stratified bootstrap for worst and gap); "
             "several seeds: mean ± sd over seeds. Robust = worst case over the audit's attacks. "
@@ -278,7 +283,19 @@ def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None =
         note += (" rho = (worst - worst_base)/worst_base + (avg - avg_base)/avg_base on robust accuracy (DAFA), "
                  "for settings on the baseline's dataset.")
     return Table("summary", "Average and worst-class accuracy (CFA / DAFA layout)", columns, rows,
-                 pd.DataFrame(records), note, emph)
+                 pd.DataFrame(records), note, emph, good)
+
+
+def tied_names(rep: Any, rate: str = "rob_acc", limit: int = 3) -> str:
+    """The worst group of ``rep`` by ``rate`` -- every group tied at the minimum, not just the first."""
+    vals = rep.by_group[rate].to_numpy(dtype=float)
+    if not np.isfinite(vals).any():
+        return "-"
+    m = np.nanmin(vals)
+    names = [str(g) for g, v in zip(rep.group_names, vals) if np.isfinite(v) and abs(v - m) <= 1e-12]
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:limit]) + (f" +{len(names) - limit}" if len(names) > limit else "") + f" (tied, {len(names)})"
 
 
 def _rho(w: float, wb: float, a: float, ab: float) -> float:
@@ -333,12 +350,13 @@ def benz_tables(settings: list[Setting], stats: _Stats) -> list[Table]:
                     records.append({"setting": s.name, "class": cname, "metric": rate, "value": m, "sd": sd,
                                     "lo": lo, "hi": hi, "seeds": len(frames)})
                 means = np.nanmean(vals, 0) if vals.size else vals
-                worst = int(np.nanargmin(means)) if np.isfinite(means).any() else -1
+                low = np.nanmin(means) if np.isfinite(means).any() else math.nan
                 rows.append([s.name] + cells)
-                emph.append([False] + [gi == worst for gi in range(len(classes))])
+                emph.append([False] + [bool(np.isfinite(means[gi]) and abs(means[gi] - low) <= 1e-12)
+                                       for gi in range(len(classes))])
             tables.append(Table(f"benz-{what}{suffix}", f"Per-class {what} accuracy{' on ' + data_name if suffix else ''} "
                                 f"(Benz layout)", ["setting"] + list(classes), rows, pd.DataFrame(records),
-                                "Percent; worst class of each setting highlighted. One seed: value [95% Wilson "
+                                "Percent; worst class of each setting highlighted (every class tied at the minimum). One seed: value [95% Wilson "
                                 "interval]; several seeds: mean ± sd.", emph))
     return tables
 
