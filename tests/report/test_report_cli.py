@@ -73,3 +73,35 @@ def test_bad_report_input(case, runs, tmp_path, capsys):
         code, stdout, err = cli(["report", target, "--out", out, "--skip-incomplete", "--no-figures"], capsys)
         assert code == 0 and "warning: skipped" in err and out.exists()
         assert "skipped" in out.read_text()  # the page lists what it left out
+
+
+def test_report_accepts_bare_audit_files(tmp_path, capsys):
+    """An audit.json written by the Python API (no run folder around it) and one with an eps sweep."""
+    from robfair.eps_sweep import EpsSweep
+    from robfair.utils import write_json
+
+    from reportkit import group_report
+
+    api = tmp_path / "audit_10k_best"
+    api.mkdir()
+    a = audit_report([(50, 40, 20), (50, 45, 30)], CLASSES)
+    write_json(api / "audit.json", a.to_json())
+    sweep = EpsSweep("pgd20", [0.0, 0.1], [group_report([(50, 40, 40), (50, 45, 45)], CLASSES, eps=0.0),
+                                          group_report([(50, 40, 20), (50, 45, 30)], CLASSES, eps=0.1)])
+    other = tmp_path / "b" / "audit_10k_best.json"
+    other.parent.mkdir()
+    write_json(other, {**audit_report([(50, 30, 10), (50, 45, 35)], CLASSES).to_json(), "eps_sweep": {"pgd20": sweep.to_json()}})
+    (entry_a,), _ = load_runs(api / "audit.json")
+    assert entry_a.name == "audit_10k_best" and entry_a.eps_sweep is None
+    out = tmp_path / "r.html"
+    code, stdout, err = cli(["report", api / "audit.json", other, "--out", out, "--bootstrap", "0"], capsys)
+    assert code == 0, err
+    html = out.read_text()
+    assert "<title>audit_10k_best</title>" in html  # the title from the folder / file names (once)
+    # same name twice -> the parent folder in front of the second
+    assert ">audit_10k_best<" in html and ">b/audit_10k_best<" in html
+    assert "robust accuracy vs eps per class: b/audit_10k_best" in html  # the sweep stored in the audit file
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "robfair.audit/1"')
+    code, _, err = cli(["report", bad, "--out", tmp_path / "x.html"], capsys)
+    assert code == 2 and "truncated or not JSON" in err and not (tmp_path / "x.html").exists()

@@ -123,27 +123,29 @@ def sweep(
 
 @app.command()
 def report(
-    runs_dir: Path = typer.Argument(..., help="A study output folder (or any folder of run folders, or one run)."),
+    runs: List[Path] = typer.Argument(..., help="One or more study output folders, run folders or audit.json files "
+                                      "(e.g. written by `robfair audit --out` or the Python API)."),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file; X.md and X_tables/*.csv are written beside it."),
-    title: Optional[str] = typer.Option(None, help="Page title (default: the study name)."),
-    baseline: Optional[str] = typer.Option(None, help="Setting to compute DAFA's rho against (default: the study's report.baseline)."),
-    bootstrap: Optional[int] = typer.Option(None, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals (default: the study's audit.bootstrap, else 1000)."),
+    title: Optional[str] = typer.Option(None, help="Page title  \\[default: the study name, else the folder's name]"),
+    baseline: Optional[str] = typer.Option(None, help="Setting to compute DAFA's rho against  \\[default: the study's report.baseline]"),
+    bootstrap: Optional[int] = typer.Option(None, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals  \\[default: the study's audit.bootstrap, else 1000]"),
     skip_incomplete: bool = typer.Option(False, "--skip-incomplete", help="Skip half-written runs with a warning instead of failing."),
-    figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed the figures (per-class accuracy, heatmaps, Pareto, eps and training curves)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing report (HTML, Markdown, CSV tables)."),
 ) -> None:
-    """One self-contained HTML page (tables of the FRL / CFA-DAFA / Benz layouts, figures, warnings) + Markdown + CSV."""
-    from ..experiments import load_runs, study_info
-    from ..report.html import write_report
+    """One self-contained HTML page, picture first (per-class robust accuracy, heatmaps, Pareto, eps and
+    training curves), then the FRL / CFA-DAFA / Benz tables and one section per run; + Markdown + CSV."""
+    from ..experiments.results import load_paths, study_info
+    from ..report.html import default_title, write_report
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
     _check_report_out(out, overwrite)
-    entries, skipped = load_runs(runs_dir, skip_incomplete=skip_incomplete)
-    info = study_info(runs_dir)
+    entries, skipped = load_paths(runs, skip_incomplete=skip_incomplete)
+    info = study_info(runs[0]) if len(runs) == 1 and runs[0].is_dir() else {}
     rep_cfg = info.get("report") or {}
     n_boot = bootstrap if bootstrap is not None else min(MAX_BOOTSTRAP, int((info.get("audit") or {}).get("bootstrap", 1000)))
-    paths = write_report(entries, out, title=title or rep_cfg.get("title") or info.get("name") or Path(runs_dir).name,
+    paths = write_report(entries, out, title=title or rep_cfg.get("title") or info.get("name") or default_title(runs),
                          description=info.get("description", ""), baseline=baseline or rep_cfg.get("baseline"),
                          n_boot=n_boot, figures=figures, extra_warnings=skipped)
     for w in skipped:

@@ -7,13 +7,18 @@ A run folder is a folder with ``run.yaml`` (sweep) or ``config.yaml`` (trainer).
 it has a checkpoint and a readable ``audit.json`` (and ``eps_sweep.json`` when its study asked for
 one). A half-written folder is an error naming it - or, with ``skip_incomplete``, skipped with a
 warning (the report lists it).
+
+A bare audit file is a run too (``load_runs("audit.json")``, ``load_paths([...])``): one written by
+``robfair audit --out`` or by the Python API (``write_json(path, report.to_json())``), named after
+its folder (``audit.json``) or its file name, its eps sweep (``audit --eps-sweep``) included; the
+demo's combined ``runs/demo/audit.json`` gives one run per model.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -54,6 +59,98 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return d
 
 
+def _sweep_from_audit(path: Path) -> list[Any] | None:
+    """The eps sweep ``robfair audit --eps-sweep`` stores inside audit.json (its main attack's)."""
+    import json
+
+    from ..eps_sweep import EpsSweep
+
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    sweeps = d.get("eps_sweep") if isinstance(d, dict) else None
+    if not isinstance(sweeps, dict) or not sweeps:
+        return None
+    attacks = (d.get("meta") or {}).get("attacks") or []
+    key = next((a for a in reversed(attacks) if a in sweeps), next(iter(sweeps)))
+    try:
+        return list(EpsSweep.from_json(sweeps[key]).reports)
+    except (RobfairError, KeyError, TypeError, ValueError):
+        raise RobfairError(f"{path}: its eps_sweep entry is not an eps sweep; re-run `robfair audit --eps-sweep`") from None
+
+
+def _audit_config(audit: Any) -> dict[str, Any]:
+    meta = getattr(audit, "meta", {}) or {}
+    model = meta.get("model") or {}
+    out: dict[str, Any] = {}
+    if meta.get("dataset"):
+        out["data"] = meta["dataset"]
+    if isinstance(model, dict) and model.get("name"):
+        out["model"] = model["name"]
+    if meta.get("checkpoint"):
+        out["checkpoint"] = meta["checkpoint"]
+    return out
+
+
+def load_audit_file(path: str | Path) -> list[RunEntry]:
+    """Runs from one audit JSON file (see the module docstring); RobfairError when it is not one."""
+    import json
+
+    path = Path(path).expanduser()
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RobfairError(f"{path} does not exist; pass a run folder, a study folder or an audit.json file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise RobfairError(f"{path} is truncated or not JSON; pass an audit.json written by robfair") from None
+    name = path.parent.resolve().name if path.name == "audit.json" else path.stem
+    if isinstance(d, dict) and d.get("schema") == "robfair.demo/1":
+        from ..audit import AuditReport
+
+        out = []
+        for label, rep in (d.get("runs") or {}).items():
+            try:
+                audit = AuditReport.from_json(rep)
+            except (RobfairError, KeyError, TypeError, ValueError) as e:
+                raise RobfairError(f"{path}: run '{label}' is not a robfair audit ({e})") from None
+            run_dir = path.parent / {"standard": "st", "pgd-at": "at"}.get(label, label)
+            out.append(RunEntry(name=str(label), audit=audit, config=_audit_config(audit),
+                                path=run_dir if (run_dir / "metrics.jsonl").exists() else None))
+        return out
+    audit = read_audit(path)
+    from ..report.certify import read_certify
+
+    return [RunEntry(name=name, audit=audit, config=_audit_config(audit), eps_sweep=_sweep_from_audit(path),
+                     path=path.parent, certify=read_certify(path.parent) if path.name == "audit.json" else None)]
+
+
+def load_paths(paths: Sequence[str | Path], *, skip_incomplete: bool = False) -> tuple[list[RunEntry], list[str]]:
+    """:func:`load_runs` over several folders / audit files, in the order given; a run whose name
+    an earlier one already has gets the folder above its name in front (``b/audit_10k_best``)."""
+    entries: list[RunEntry] = []
+    skipped: list[str] = []
+    for p in paths:
+        e, s = load_runs(p, skip_incomplete=skip_incomplete)
+        entries += e
+        skipped += s
+    seen: set[str] = set()
+    for e in entries:
+        if e.name in seen and e.path is not None:
+            folder = Path(e.path).resolve()
+            prefix = folder.parent.name if folder.name == e.name.split("/")[-1] else folder.name
+            new = f"{prefix}/{e.name}"
+            if e.group == e.name:
+                e.group = new
+            e.name = new
+        seen.add(e.name)
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise RobfairError(f"two runs are both named '{dup[0]}'; report them separately or rename a folder")
+    return entries, skipped
+
+
 def load_entry(run_dir: Path, root: Path) -> RunEntry:
     """One finished run; RobfairError naming the folder and what is missing otherwise."""
     spec = None
@@ -66,7 +163,7 @@ def load_entry(run_dir: Path, root: Path) -> RunEntry:
     if reason is not None:
         raise RobfairError(f"run folder {run_dir} is not finished: {reason}")
     audit = read_audit(run_dir / "audit.json")
-    eps_sweep = read_eps_sweep(run_dir / EPS_SWEEP_FILE)
+    eps_sweep = read_eps_sweep(run_dir / EPS_SWEEP_FILE) or _sweep_from_audit(run_dir / "audit.json")
     from ..report.certify import read_certify
 
     cert = read_certify(run_dir)
@@ -88,12 +185,17 @@ def load_runs(root: str | Path, *, skip_incomplete: bool = False) -> tuple[list[
     root = Path(root).expanduser()
     if not root.exists():
         raise RobfairError(f"{root} does not exist; pass a run folder or a study output folder such as runs/frl-table")
-    if root.is_file() and root.name == "audit.json":
-        root = root.parent
+    if root.is_file():
+        if root.name == "audit.json" and ((root.parent / "run.yaml").exists() or (root.parent / "config.yaml").exists()):
+            root = root.parent  # the run folder it belongs to (config, metrics.jsonl, checkpoints)
+        else:
+            return load_audit_file(root), []
     dirs = find_run_dirs(root)
+    if not dirs and (root / "audit.json").is_file():
+        return load_audit_file(root / "audit.json"), []
     if not dirs:
-        raise RobfairError(f"no runs under {root} (no folder with run.yaml or config.yaml); pass a study output "
-                           "folder such as runs/frl-table, or run `robfair sweep STUDY.yaml` first")
+        raise RobfairError(f"no runs under {root} (no folder with run.yaml or config.yaml, no audit.json); pass a "
+                           "study output folder such as runs/frl-table, an audit.json, or run `robfair sweep STUDY.yaml` first")
     entries, skipped = [], []
     for d in dirs:
         try:
@@ -132,4 +234,4 @@ def study_info(root: str | Path) -> dict[str, Any]:
         return {}
 
 
-__all__ = ["find_run_dirs", "load_entry", "load_runs", "study_info", "RUN_SCHEMA"]
+__all__ = ["find_run_dirs", "load_audit_file", "load_entry", "load_paths", "load_runs", "study_info", "RUN_SCHEMA"]

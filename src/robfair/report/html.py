@@ -400,7 +400,7 @@ def default_title(paths: Sequence[str | Path]) -> str:
     names = []
     for p in paths:
         p = Path(p).expanduser().resolve()
-        if p.is_file():
+        if p.is_file() or p.suffix.lower() == ".json":
             p = p.parent if p.name == "audit.json" else p.with_suffix("")
         names.append(p.name or str(p))
     names = list(dict.fromkeys(n for n in names if n))

@@ -357,13 +357,19 @@ def training_figure(history: Sequence[dict[str, Any]], class_names: Sequence[str
 def method_state_series(history: Sequence[dict[str, Any]], class_names: Sequence[str] | None = None
                         ) -> dict[str, tuple[list[str], np.ndarray]]:
     """The method's per-class (per-group) state over epochs from metrics.jsonl's ``method`` entries:
-    every key whose value is a list of numbers or a mapping of names to numbers, as (names, E x K)."""
+    every key whose value is a list of numbers, or a mapping of group names to numbers, as
+    (names, E x K). Scalars, flags and matrices (DAFA's class similarity) are left out."""
+    def number(x: Any) -> bool:
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+    named = set(map(str, class_names)) if class_names is not None else None
     keys: dict[str, None] = {}
     for r in history:
         for k, v in (r.get("method") or {}).items():
-            if (isinstance(v, list) and v and all(isinstance(x, (int, float)) or x is None for x in v)) or \
-                    (isinstance(v, dict) and v and all(isinstance(x, (int, float)) or x is None for x in v.values())):
+            if isinstance(v, list) and v and all(map(number, v)):
                 keys[k] = None
+            elif isinstance(v, dict) and v and all(map(number, v.values())) and (named is None or set(v) <= named):
+                keys[k] = None  # per-group values keyed by the groups' names (e.g. fair-constraint's lambda)
     out = {}
     for k in keys:
         vals = [(r.get("method") or {}).get(k) for r in history]
