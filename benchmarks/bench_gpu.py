@@ -4,6 +4,8 @@ to robust accuracy. Prints a table and writes JSON (``--out``). Every number is 
     python benchmarks/bench_gpu.py --data fashion-mnist:/path --out results.json
     python benchmarks/bench_gpu.py --smoke      # CPU, digits, 1 epoch: checks the script itself
 
+For PreAct-ResNet-18 PGD-AT on CIFAR-10 with the per-class audit, see benchmarks/gpu_cifar.py.
+
 Parts (each guarded by a time budget so the whole run fits a short device lease):
 1. PGD-10 AT of a small CNN, eps 0.1, fp32 vs bf16 + channels_last: seconds per epoch (train only).
 2. The fp32-trained model audited with PGD-20 in fp32 and in bf16: robust accuracy difference
