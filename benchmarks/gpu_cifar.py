@@ -46,6 +46,7 @@ from robfair.audit import audit
 from robfair.data import load_dataset
 from robfair.data.registry import with_options
 from robfair.errors import RobfairError
+from robfair.safeio import check_output_dir
 from robfair.training import TrainConfig, train
 from robfair.utils import resolve_device, tune_allocator, write_json
 
@@ -56,7 +57,7 @@ PUBLISHED = {"automobile": (93.0, 67.0), "cat": (65.0, 17.0)}
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="cifar10-jpeg", help="dataset spec (default: the shared JPEG archive)")
-    p.add_argument("--out", type=Path, default=Path("runs/gpu-cifar"), help="output folder (must be new or empty)")
+    p.add_argument("--out", type=Path, default=Path("runs/gpu-cifar"), help="output folder (refused if it holds results)")
     p.add_argument("--device", default="auto")
     p.add_argument("--model", default=None, help="architecture (default preact-resnet18; dry run: cifar-cnn)")
     p.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for the whole script")
@@ -88,11 +89,6 @@ def parse(argv=None) -> argparse.Namespace:
         args.data = with_options(args.data, per_class=3, test_per_class=2)
     args.model = args.model or "preact-resnet18"
     return args
-
-
-def check_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RobfairError(f"output folder {out} already exists and is not empty; pass a new --out or delete it")
 
 
 def config(args, data: str, out: Path | None, epochs: int, device: str) -> TrainConfig:
@@ -164,7 +160,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     args = parse(argv)
     try:
-        check_out(args.out)
+        check_output_dir(args.out, fix="pass a new --out or delete it")
     except RobfairError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

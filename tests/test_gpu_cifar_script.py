@@ -67,10 +67,10 @@ def test_dry_run_writes_consistent_outputs(tmp_path, monkeypatch, capsys):
     assert info["n_train"] == 30 and info["n_test"] == 20 and info["settings"]["model"] == "cifar-cnn"
     summary = (out / "summary.md").read_text()
     assert "| automobile | 2 |" in summary and "93 / 67" in summary and "lossy" in summary
-    # an existing, non-empty output folder is refused (exit 2), nothing in it is touched
+    # an output folder holding results is refused (exit 2), nothing in it is touched
     before = (out / "summary.md").stat().st_mtime_ns
     assert gpu.main(argv) == 2
-    assert "already exists and is not empty" in capsys.readouterr().err
+    assert "already holds results" in capsys.readouterr().err
     assert (out / "summary.md").stat().st_mtime_ns == before
 
 

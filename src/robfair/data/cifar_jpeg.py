@@ -41,7 +41,6 @@ import logging
 import os
 import re
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..utils import atomic_path
 from .base import Dataset
 from .registry import SPLITS, data_home, option_int, register_dataset
 
@@ -232,25 +232,11 @@ def _read_cache(path: Path, key: dict[str, Any]) -> tuple[np.ndarray, np.ndarray
 
 
 def _write_cache(path: Path, key: dict[str, Any], x: np.ndarray, y: np.ndarray, classes: list[str]) -> None:
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
             np.savez(f, x=x, y=y, classes=np.asarray(classes, dtype=str), key=np.asarray(json.dumps(key, sort_keys=True)))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a cache file is as readable as any other
-        os.replace(tmp, path)
-        tmp = None
     except OSError as e:
         log.warning("%s: could not write the cache %s (%s); the archive will be decoded again next time", NAME, path, e)
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def load_arrays(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
