@@ -84,7 +84,8 @@ def train(
     device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 autocast."),
     channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last"),
-    init: Optional[str] = typer.Option(None, help="Checkpoint to fine-tune from (same architecture and classes)."),
+    init: Optional[str] = typer.Option(None, help="Checkpoint to fine-tune from (same architecture and classes); "
+                                       "the run reuses its validation split (val_split: init)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder."),
     resume: bool = typer.Option(False, help="Continue a killed run in --out (its config must be unchanged)."),
     opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6."),

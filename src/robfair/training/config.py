@@ -73,6 +73,9 @@ class TrainConfig(BaseModel):
     val_attack_options: dict[str, Any] = Field(default_factory=dict)
     val_batch_size: int | None = Field(None, ge=1, description="default: batch_size")
     select: Select = Field("avg+worst", description="best.pt criterion on validation")
+    val_split: Literal["init", "seed"] = Field(
+        "init", description="with init: reuse the init run's recorded validation split (init), or draw one from "
+                            "seed / val_per_class (seed; refused if it holds the init run's training samples)")
 
     # --- bookkeeping
     seed: int = Field(0, ge=0)

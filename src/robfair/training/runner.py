@@ -8,25 +8,97 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Sequence
 
+import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 from ..utils import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
+
+log = logging.getLogger(__name__)
 
 
 def split_train_val(full: Any, cfg: TrainConfig) -> tuple[Any, Any]:
     """(train, val) carved from a training set with ``stratified_split(y, cfg.val_per_class, cfg.seed)``;
     val is None when ``val_per_class`` is 0. The test set is never involved."""
+    tr, va, _ = make_split(full, cfg)
+    return (full, None) if va is None else (full.subset(tr), full.subset(va))
+
+
+def split_record(full: Any, cfg: TrainConfig, val_idx: torch.Tensor | None, source: str = "seed",
+                 seed: int | None = None, val_per_class: Any = None) -> dict[str, Any]:
+    """What a checkpoint records about its validation split: the data, its size, how the split was
+    drawn and the validation indices (into the full training set)."""
+    return {"data": str(cfg.data), "n": int(len(full)), "seed": int(cfg.seed if seed is None else seed),
+            "val_per_class": cfg.val_per_class if val_per_class is None else val_per_class,
+            "source": source, "val_indices": None if val_idx is None else val_idx.detach().cpu().long().clone()}
+
+
+def init_split(path: str) -> dict[str, Any] | None:
+    """The split recorded in checkpoint ``path`` (None for checkpoints written before splits were recorded)."""
+    from ..models import load_checkpoint
+
+    _, meta = load_checkpoint(path)
+    extra = meta.get("extra") or {}
+    rec = extra.get("split")
+    if rec is None and isinstance(extra.get("trainer"), dict):
+        rec = extra["trainer"].get("split")
+    return rec
+
+
+def make_split(full: Any, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+    """(train indices, val indices or None, the split record) for ``full``.
+
+    Without ``init``: ``stratified_split(y, val_per_class, seed)``. With ``init`` whose checkpoint records
+    a split of the same data, ``val_split: init`` (default) reuses that split (the fine-tuning run then
+    never validates on the initial model's training samples) and refuses a different ``val_per_class``;
+    ``val_split: seed`` draws its own split and refuses one whose validation samples the initial model
+    trained on. Errors are one line naming the fix."""
     from ..data import stratified_split
 
+    n = len(full)
+    rec = init_split(cfg.init) if cfg.init else None
+    same_data = rec is not None and rec.get("data") == str(cfg.data) and int(rec.get("n", -1)) == n
+    if cfg.init and rec is None:
+        log.warning("--init %s records no validation split (an older checkpoint): robfair cannot check that "
+                    "this run's validation samples were not its training samples", cfg.init)
+    elif rec is not None and not same_data:
+        if rec.get("data") == str(cfg.data):
+            raise ConfigError(f"--init {cfg.init} was trained on {rec.get('n')} samples of {cfg.data} but this run "
+                              f"has {n}; use the same training data as the init run")
+        log.info("--init %s was trained on %s, this run on %s: no split check", cfg.init, rec.get("data"), cfg.data)
+    init_val = rec.get("val_indices") if same_data else None
+    init_val = None if init_val is None else torch.as_tensor(init_val).long()
+    if same_data and cfg.val_split == "init" and cfg.val_per_class:
+        if rec.get("val_per_class") != cfg.val_per_class or init_val is None:
+            raise ConfigError(f"--init {cfg.init} was validated on val_per_class {rec.get('val_per_class')!r} "
+                              f"(seed {rec.get('seed')}) and this run reuses that split; set val_per_class "
+                              f"{rec.get('val_per_class')!r}, or val_split: seed for a new split that avoids "
+                              "the init run's training samples")
+        va = init_val.sort().values
+        mask = torch.ones(n, dtype=torch.bool)
+        mask[va] = False
+        tr = torch.nonzero(mask).flatten()
+        return tr, va, split_record(full, cfg, va, source=f"init:{rec.get('source', 'seed')}",
+                                    seed=int(rec.get("seed", cfg.seed)), val_per_class=rec.get("val_per_class"))
     if not cfg.val_per_class:
-        return full, None
+        return torch.arange(n), None, split_record(full, cfg, None)
     tr, va = stratified_split(full.y, cfg.val_per_class, cfg.seed, classes=full.classes)
-    return full.subset(tr), full.subset(va)
+    if same_data:
+        init_train = torch.ones(n, dtype=torch.bool)
+        if init_val is not None:
+            init_train[init_val] = False
+        leaked = int(init_train[va].sum())
+        if leaked:
+            raise ConfigError(f"{leaked} of the {len(va)} validation samples of this split (seed {cfg.seed}, "
+                              f"val_per_class {cfg.val_per_class!r}) were training samples of --init {cfg.init}; "
+                              f"use val_split: init (the default), or seed {rec.get('seed')} and val_per_class "
+                              f"{rec.get('val_per_class')!r}")
+    return tr, va, split_record(full, cfg, va)
 
 
 def load_init(model: nn.Module, path: str) -> None:
@@ -67,9 +139,11 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     seed_everything(cfg.seed)
     full = train_data if train_data is not None else load_dataset(cfg.data, "train")
     full.validate()
-    tr, va = split_train_val(full, cfg)
+    tr_idx, va_idx, split = make_split(full, cfg)
+    tr, va = (full, None) if va_idx is None else (full.subset(tr_idx), full.subset(va_idx))
     test = test_data
     if final_audit is not None and test is None:
         test = load_dataset(cfg.data, "test")
     model = build_model(cfg, full.num_classes, full.in_shape)
-    return Trainer(model, tr, va, None, cfg, test=test, callbacks=callbacks, final_audit=final_audit).fit()
+    return Trainer(model, tr, va, None, cfg, test=test, callbacks=callbacks, final_audit=final_audit,
+                   split=split).fit()

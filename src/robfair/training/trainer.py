@@ -265,8 +265,10 @@ class Trainer:
 
     def __init__(self, model: nn.Module, train: Any, val: Any = None, method: Method | None = None,
                  cfg: TrainConfig | None = None, *, test: Any = None, callbacks: Sequence[Any] = (),
-                 final_audit: Callable[[nn.Module, Any], Any] | None = None) -> None:
+                 final_audit: Callable[[nn.Module, Any], Any] | None = None,
+                 split: dict[str, Any] | None = None) -> None:
         self.cfg = cfg = cfg if cfg is not None else TrainConfig()
+        self.split = split  # the validation split's record (runner.make_split), saved in every checkpoint
         if val is None and cfg.select != "last":
             raise ConfigError(f"select '{cfg.select}' needs a validation set; pass val or set select: last")
         if val is not None and len(val) == 0:
@@ -475,8 +477,9 @@ class Trainer:
             save_checkpoint(ck / "best.pt", self.eval_model, classes=self.class_names,
                             extra=plain({"epoch": record["epoch"], "select": self.cfg.select,
                                           "score": self.best_score,
-                                          "val": (record.get("val") or {}).get("summary")}))
-        save_checkpoint(ck / "last.pt", self.raw_model, classes=self.class_names, extra={"trainer": state})
+                                          "val": (record.get("val") or {}).get("summary"), "split": self.split}))
+        save_checkpoint(ck / "last.pt", self.raw_model, classes=self.class_names,
+                        extra={"trainer": state, "split": self.split})
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> RunResult:
