@@ -66,6 +66,10 @@ def test_per_sample_losses_by_hand():
     # CW: max_{k != y} z_k - z_y ; targeted: z_t - max_{k != t} z_k
     assert torch.allclose(per_sample_loss(z, y, "cw"), torch.tensor([1.0 - 2.0, 3.0 - (-1.0)], dtype=torch.float64))
     assert torch.allclose(per_sample_loss(z, y, "cw", targeted=True), torch.tensor([2.0 - 1.0, -1.0 - 3.0], dtype=torch.float64))
+    # with the true label y and a target t: -CE(z, t) and the targeted margin z_t - z_y
+    t = torch.tensor([1, 1])
+    assert torch.allclose(per_sample_loss(z, y, "ce", target=t), torch.log_softmax(z, 1)[[0, 1], [1, 1]])
+    assert torch.allclose(per_sample_loss(z, y, "cw", target=t), torch.tensor([0.5 - 2.0, 3.0 - (-1.0)], dtype=torch.float64))
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")

@@ -122,3 +122,92 @@ def test_autoattack_flags_are_returned_not_printed(capfd):
     assert not logging.getLogger("auto-attack").handlers
     with torch.no_grad():
         assert torch.equal(res.adv_pred, model(res.x_adv).argmax(1))
+
+
+# -- streaming: the active batch refills across chunks ------------------------------------------------
+def _chunks(x, y, eps, sizes):
+    out, pos = [], 0
+    for m in sizes:
+        out.append((x[pos:pos + m], y[pos:pos + m], eps[pos:pos + m]))
+        pos += m
+    return out
+
+
+@pytest.mark.parametrize("name", ["pgd10", "pgd6-r2", "pgd5-cw-t2", "pgd5-l2", "pgd4-trand", "fgsm", "pgd0"])
+def test_stream_equals_chunk_by_chunk_and_keeps_the_batch_full(mlp_factory, name):
+    model = mlp_factory(dtype=torch.float32)
+    x, y = _data(model, n=330, seed=1)
+    eps = torch.rand(len(y), generator=torch.Generator().manual_seed(2)) * (0.8 if "l2" in name else 0.2)
+    sizes = [64, 64, 0, 64, 64, 64, 10]
+    atk = get_attack(name)
+    sizes_seen = []
+    hook = model[1].register_forward_hook(lambda m, i, o: sizes_seen.append(i[0].shape[0]))
+    gen = torch.Generator().manual_seed(9)
+    one_by_one = [atk.run(model, *c, generator=gen, early_exit=True) for c in _chunks(x, y, eps, sizes)]
+    work_chunks, calls_chunks = sum(sizes_seen), len(sizes_seen)
+    sizes_seen.clear()
+    gen2 = torch.Generator().manual_seed(9)
+    streamed = list(atk.stream(model, iter(_chunks(x, y, eps, sizes)), generator=gen2, early_exit=True, batch_size=64))
+    hook.remove()
+    assert torch.equal(gen.get_state(), gen2.get_state())
+    assert [len(r) for r in streamed] == sizes
+    for a, b in zip(one_by_one, streamed):
+        assert torch.equal(a.adv_pred, b.adv_pred) and torch.equal(a.fooled, b.fooled)
+        assert torch.equal(a.fooled_step, b.fooled_step) and torch.equal(a.fooled_run, b.fooled_run)
+        assert torch.allclose(a.x_adv, b.x_adv, atol=1e-6, rtol=0)
+    assert sum(sizes_seen) == work_chunks  # the same per-sample work ...
+    if name not in ("pgd0", "fgsm"):
+        assert len(sizes_seen) < calls_chunks  # ... in fewer, fuller passes
+        assert max(sizes_seen) == 64
+        runs = 2 if "-t2" in name else 1
+        passes = [s for s in sizes_seen if s > 1]  # (-trand learns K from one sample per chunk)
+        full = sum(s == 64 for s in passes)
+        # only the tail (and the chunks' own target-ranking forwards) run below full batch
+        assert full >= len(passes) - (atk.steps + 1) * runs - len(sizes), passes
+
+
+def test_stream_accepts_chunk_objects_with_clean_logits_and_training_keep_last(mlp_factory):
+    model = mlp_factory(dtype=torch.float32)
+    x, y = _data(model, n=100, seed=3)
+    from robfair.attacks import Chunk
+
+    with torch.no_grad():
+        z = model(x)
+    calls = []
+    h = model.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    res = list(get_attack("pgd3-t2").stream(model, [Chunk(x[:50], y[:50], 0.1, logits=z[:50]),
+                                                    Chunk(x[50:], y[50:], 0.1, logits=z[50:])],
+                                            generator=torch.Generator().manual_seed(0), early_exit=False))
+    h.remove()
+    assert sum(calls) == 100 * 2 * 4  # 2 targets x (3 steps + final check); no forward to rank targets
+    gen = torch.Generator().manual_seed(0)
+    ref = [get_attack("pgd3-t2").run(model, x[s], y[s], 0.1, generator=gen) for s in (slice(0, 50), slice(50, 100))]
+    assert torch.equal(torch.cat([r.fooled for r in res]), torch.cat([r.fooled for r in ref]))
+    last = list(PGD(3, keep="last").stream(model, [(x[:50], y[:50], 0.1), (x[50:], y[50:], 0.1)],
+                                           generator=torch.Generator().manual_seed(0), early_exit=False))
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.cat([PGD(3, keep="last")(model, x[s], y[s], 0.1, generator=gen) for s in (slice(0, 50), slice(50, 100))])
+    assert torch.allclose(torch.cat([r.x_adv for r in last]), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("name", ["pgd3", "pgd3-l2", "trades-kl"])
+def test_random_start_and_steps_keep_the_input_memory_layout(channels, name):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(channels, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 3)).to(memory_format=torch.channels_last)
+    x = torch.rand(10, channels, 8, 8, generator=torch.Generator().manual_seed(1))
+    x = x.contiguous(memory_format=torch.channels_last)
+    if channels == 1:  # both layouts are "contiguous": the strides say which one the kernels see
+        x = torch.empty_strided(x.shape, (64, 1, 8, 1)).copy_(x)
+    y = torch.zeros(10, dtype=torch.long)
+    strides = []
+    model[0].register_forward_hook(lambda m, i, o: strides.append(i[0].stride()[1:]))
+    atk = get_attack(name)
+    atk(model, x, y, 0.1, generator=torch.Generator().manual_seed(0))
+    assert strides and all(s == x.stride()[1:] for s in strides), (strides, x.stride())
+    if name == "pgd3":
+        strides.clear()
+        list(atk.stream(model, [(x[:4], y[:4], 0.1), (x[4:], y[4:], 0.1)], batch_size=3,
+                        generator=torch.Generator().manual_seed(0)))
+        assert strides and all(s == x.stride()[1:] for s in strides)

@@ -28,6 +28,11 @@ def linear_setup(num_classes: int = 2, d: int = 6, n: int = 96, seed: int = 0, s
 
 
 @pytest.fixture
+def linear_factory():
+    return linear_setup
+
+
+@pytest.fixture
 def linear2():
     return linear_setup(2)
 

@@ -10,8 +10,8 @@ take input gradients only (no parameter ``.grad``), run the model in eval mode a
 
 from .autoattack import AutoAttack
 from .base import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
-from .pgd import FGSM, PGD
-from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name
+from .pgd import FGSM, PGD, Chunk
+from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
 from .trades import TradesKL
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "NEVER",
     "STEP_UNKNOWN",
     "AutoAttack",
+    "Chunk",
     "FGSM",
     "PGD",
     "TradesKL",
@@ -32,4 +33,6 @@ __all__ = [
     "per_sample_loss",
     "project",
     "random_start",
+    "require_target_rule",
+    "target_rule",
 ]

@@ -2,8 +2,11 @@
 
 An attack is a callable ``attack(model, x, y, eps, *, generator=None, early_exit=False) -> x_adv``:
 
-- ``x`` is a float batch in [0, 1] (normalization lives inside the model), ``y`` int64 labels
-  (the *targets* for a targeted attack), ``eps`` a float or an (N,) tensor (one radius per sample).
+- ``x`` is a float batch in [0, 1] (normalization lives inside the model), ``y`` the int64 **true**
+  labels (a targeted attack picks its targets by a stated rule, never ``y``), ``eps`` a float or an
+  (N,) tensor (one radius per sample).
+- ``attack.run(...)`` returns an :class:`AttackResult` (``x_adv``, the prediction there from the
+  attack's own logits, the step of first success); ``attack(...)`` returns ``x_adv`` only.
 - ``x_adv`` is detached, in [0, 1], and within each sample's own ball: ``||x_adv_i - x_i|| <= eps_i``.
 - Gradients are taken with ``torch.autograd.grad(loss, x_adv)`` only (never a backward pass on the loss):
   no parameter ``.grad`` is ever created and parameter flags are never touched (thread-safe, and the
@@ -79,13 +82,21 @@ def _batch_view(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def per_sample_loss(logits: torch.Tensor, y: torch.Tensor, loss: str = "ce", *, targeted: bool = False,
-                    temperature: float = 1.0) -> torch.Tensor:
+                    target: torch.Tensor | None = None, temperature: float = 1.0) -> torch.Tensor:
     """The (N,) loss an attack *maximizes*.
 
-    ``ce``: cross-entropy of ``logits / temperature`` (targeted: minus the CE to the target).
-    ``cw``: the margin ``max_{k!=y} z_k - z_y`` (targeted: ``z_t - max_{k!=t} z_k``); it is positive
-    exactly when the attack succeeds."""
+    ``y`` is the true label. Untargeted: ``ce`` is the cross-entropy of ``logits / temperature``,
+    ``cw`` the margin ``max_{k!=y} z_k - z_y`` (positive exactly when the sample is misclassified).
+    With ``target`` (an (N,) class per sample): ``ce`` is minus the CE to the target, ``cw`` the
+    targeted margin ``z_t - z_y`` (as APGD-T's targeted DLR numerator).
+
+    ``targeted=True`` without ``target`` is the older convention where ``y`` *holds* the targets:
+    ``-CE(z, y)`` and ``z_y - max_{k!=y} z_k``."""
     z = logits / temperature if temperature != 1.0 else logits
+    if target is not None:
+        if loss == "ce":
+            return -F.cross_entropy(z, target, reduction="none")
+        return z.gather(1, target[:, None]).squeeze(1) - z.gather(1, y[:, None]).squeeze(1)
     if loss == "ce":
         ce = F.cross_entropy(z, y, reduction="none")
         return -ce if targeted else ce
@@ -160,26 +171,44 @@ class Attack:
     # -- the call ------------------------------------------------------------------------------
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                  generator: torch.Generator | None = None, early_exit: bool = False,
-                 model_mode: str = "eval") -> torch.Tensor:
+                 model_mode: str = "eval", targets: torch.Tensor | None = None) -> torch.Tensor:
         """Return ``x_adv`` (detached, in [0, 1], ``||x_adv_i - x_i|| <= eps_i``). Use :meth:`run`
         for the predictions and the step of first success as well. ``model_mode="train"`` attacks the
         model in the mode it is in (e.g. CFA's official PGD-AT base attacks with batch-norm batch
         statistics, which also updates the running statistics); the default is eval mode."""
         return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False,
-                             model_mode=model_mode).x_adv
+                             model_mode=model_mode, targets=targets).x_adv
 
     def run(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
-            generator: torch.Generator | None = None, early_exit: bool = False) -> AttackResult:
+            generator: torch.Generator | None = None, early_exit: bool = False,
+            targets: torch.Tensor | None = None) -> AttackResult:
         """Attack the batch and return an :class:`AttackResult`: ``x_adv``, the prediction there
         (from the attack's own logits, confirmed in fp32 under reduced precision), whether the
-        sample was fooled and at which step."""
-        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=True)
+        sample was fooled and at which step. ``y`` is always the true label; a targeted attack
+        picks its targets by its rule, or takes explicit ``targets`` ((N,) or (N, k), never ``y``)."""
+        return self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=True,
+                             targets=targets)
+
+    def stream(self, model: nn.Module, chunks, *, generator: torch.Generator | None = None,
+               early_exit: bool = True, batch_size: int | None = None, predict: bool = True):
+        """Attack a sequence of chunks (``(x, y, eps[, clean_logits])`` tuples or
+        :class:`~robfair.attacks.pgd.Chunk`) and yield one :class:`AttackResult` per chunk, in
+        order. The default runs :meth:`run` chunk by chunk; PGD refills its active batch across
+        chunks (``batch_size``) so early exit keeps the batch full."""
+        for item in chunks:
+            x, y, eps = (item.x, item.y, item.eps) if hasattr(item, "x") else tuple(item)[:3]
+            targets = getattr(item, "targets", None)
+            yield self._execute(model, x, y, eps, generator=generator, early_exit=early_exit, predict=predict,
+                                targets=targets)
 
     def _execute(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                  generator: torch.Generator | None, early_exit: bool, predict: bool,
-                 model_mode: str = "eval") -> AttackResult:
+                 model_mode: str = "eval", targets: torch.Tensor | None = None) -> AttackResult:
         if model_mode not in ("eval", "train"):
             raise AttackError(f"model_mode must be 'eval' or 'train', got {model_mode!r}")
+        if targets is not None and not getattr(self, "targeted", False):
+            raise AttackError(f"attack '{getattr(self, 'name', type(self).__name__)}' is untargeted but targets "
+                              "were given; use a -t attack")
         x, y = check_inputs(x, y)
         eps_t = as_eps(eps, x)
         if x.shape[0] == 0:
@@ -192,8 +221,9 @@ class Attack:
             # broadcast): ranks that exit early after different numbers of steps would deadlock
             model = model.module
         with (eval_mode(model) if model_mode == "eval" else contextlib.nullcontext(model)), torch.enable_grad():
+            kw = {} if targets is None else {"targets": targets}
             res = self.perturb_result(model, x, y, eps_t, generator=generator, early_exit=early_exit,
-                                      predict=predict)
+                                      predict=predict, **kw)
         res.x_adv = res.x_adv.detach()
         return res
 
@@ -218,8 +248,9 @@ class Attack:
         raise NotImplementedError
 
     def success(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(N,) bool: the attack succeeded given the predictions (untargeted: misclassified)."""
-        return pred == y if getattr(self, "targeted", False) else pred != y
+        """(N,) bool: the attack succeeded given the predictions: misclassified (``y`` is the true
+        label, targeted attacks included)."""
+        return pred != y
 
     def _warnings(self) -> list[str]:
         return []
@@ -255,7 +286,7 @@ def check_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.
         raise AttackError("x must be a float tensor of shape (N, ...) with pixels in [0, 1]; "
                           "convert uint8 images with x.float() / 255")
     if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
-        raise AttackError("y must be an int64 tensor of labels (targets for a targeted attack); "
+        raise AttackError("y must be an int64 tensor of the true labels; "
                           "pass torch.as_tensor(y, dtype=torch.long)")
     if y.shape != (x.shape[0],):
         raise AttackError(f"y has shape {tuple(y.shape)} but x holds {x.shape[0]} samples; pass one label per sample")
@@ -270,10 +301,15 @@ def check_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.
 # -- geometry shared by the gradient attacks ----------------------------------------------------------
 def noise(kind: str, shape: tuple[int, ...], x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Uniform [0, 1) or standard normal noise of ``shape`` in ``x``'s dtype, drawn with ``generator``
-    on the generator's own device (so a CPU generator also drives a GPU attack), then moved to ``x``."""
+    on the generator's own device (so a CPU generator also drives a GPU attack), then moved to ``x``.
+    Noise shaped like ``x`` gets ``x``'s exact memory layout (channels_last, 1-channel images
+    included), so every later step runs in the layout the caller chose; the values are the same."""
     dev = generator.device if generator is not None else x.device
     fn = torch.rand if kind == "uniform" else torch.randn
-    return fn(shape, generator=generator, device=dev, dtype=x.dtype).to(x.device)
+    out = fn(shape, generator=generator, device=dev, dtype=x.dtype)
+    if tuple(shape) == tuple(x.shape) and out.stride() != x.stride():
+        return torch.empty_like(x).copy_(out)
+    return out.to(x.device)
 
 
 def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, generator: torch.Generator | None) -> torch.Tensor:
@@ -288,7 +324,13 @@ def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, generator: torch
         u = noise("uniform", (x.shape[0],), x, generator)
         r = eps.reshape(-1) * u.pow(1.0 / z[0].numel())
         delta = z * _batch_view(r / _l2(z).clamp_min(torch.finfo(z.dtype).tiny), x)
-    return (x + delta).clamp_(0, 1)
+    return _add_like(x, delta).clamp_(0, 1)
+
+
+def _add_like(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``x + delta`` in ``x``'s exact memory layout (elementwise ops may pick another one when the
+    strides are ambiguous, e.g. channels_last 1-channel images)."""
+    return torch.add(x, delta, out=torch.empty_like(x))
 
 
 def _l2(t: torch.Tensor) -> torch.Tensor:
@@ -304,7 +346,7 @@ def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) 
         n = _batch_view(_l2(delta), x)
         factor = torch.where(n > eps, eps / n.clamp_min(torch.finfo(n.dtype).tiny), torch.ones_like(n))
         delta = delta * factor
-    return (x + delta).clamp_(0, 1)
+    return _add_like(x, delta).clamp_(0, 1)
 
 
 def ascent_step(x_adv: torch.Tensor, grad: torch.Tensor, step: torch.Tensor, norm: str) -> torch.Tensor:

@@ -2,40 +2,75 @@
 
 Evaluation semantics (``keep="first-success"``, the default)
     Every iterate is checked, the random start included. A sample that is misclassified by some
-    iterate (predicted == target when targeted) is *fooled*, and the returned ``x_adv`` is its
-    **first** fooling iterate, frozen. A sample never fooled gets its final iterate. With restarts,
-    the first restart that fools a sample wins, and a sample no restart fools gets the final iterate
-    of the restart with the highest loss. Success is judged on the logits the attack computes
-    itself: :meth:`~robfair.attacks.Attack.run` returns them as ``adv_pred`` with the step and
-    restart of first success (no second forward). Under ``bf16`` / ``fp16`` a success is confirmed
-    in fp32 before it counts, and the last iterate is checked in fp32.
+    iterate is *fooled*, and the returned ``x_adv`` is its **first** fooling iterate, frozen. A
+    sample never fooled gets its final iterate. With restarts (or targets), the first run that
+    fools a sample wins, and a sample no run fools gets the final iterate of the run with the
+    highest score (the loss; for targeted runs the untargeted margin ``max_{j!=y} z_j - z_y``, which
+    is comparable across targets). Success is judged on the logits the attack computes itself:
+    :meth:`~robfair.attacks.Attack.run` returns them as ``adv_pred`` with the step and run of first
+    success (no second forward). Under ``bf16`` / ``fp16`` a success is confirmed in fp32 before it
+    counts, and the last iterate is checked in fp32.
 
     The check at iterate ``t`` reuses the logits of the forward pass that computes the gradient at
     ``t``; only the last iterate needs one extra forward. PGD-k therefore costs k forward+input-grad
-    passes plus one forward.
+    passes plus one forward per run.
 
-    ``early_exit=True`` removes fooled samples from the active batch (they are indexed out, never
-    computed again), so later steps get cheaper. The per-sample computation of the samples still
-    active is the same with and without it (every sample's gradient depends only on itself in eval
-    mode, and the random starts are always drawn for the full batch), so the outcome per sample is
-    identical to ``early_exit=False`` with the same generator seed.
+Targeted attacks (``targeted=True``; names ``-t``, ``-t<k>``, ``-trand``)
+    ``y`` is always the **true** label; the targets come from a stated rule, never from ``y``:
+    ``targets="top"`` attacks the ``n_targets`` most likely other classes by clean logit, one run
+    each (default ``min(9, K - 1)``, as AutoAttack's APGD-T), and a sample counts as fooled if any
+    run misclassifies it (the worst case over targets); ``targets="random"`` draws one other class
+    per sample with the caller's generator. An explicit ``targets=`` tensor ((N,) or (N, k)) may
+    be passed to :meth:`run`; a target equal to the true label is refused. Losses: ``ce`` is minus
+    the cross-entropy to the target, ``cw`` the targeted margin ``z_t - z_y``.
+
+Early exit and streaming
+    ``early_exit=True`` removes fooled samples from the active batch, so later steps get cheaper.
+    :meth:`PGD.stream` goes further: it attacks a sequence of chunks (e.g. a dataset's batches) and
+    refills the active batch from the chunks still to come, so late steps still run at full batch
+    size. Every sample's computation depends only on itself (eval mode) and its random starts are
+    drawn when its chunk is loaded, for the whole chunk, run after run, so the outcome per sample,
+    the generator's state afterwards and the result of each chunk are the same with and without
+    early exit, and the same streamed or chunk by chunk.
 
 Training semantics (``keep="last"``)
     Returns the plain last iterate (the usual adversarial-training input) and skips the success
-    checks and the final forward. With restarts, per sample the restart whose last iterate fools
-    (else the highest loss). ``early_exit`` is refused: it would freeze samples at their first success.
+    checks and the final forward. With several runs, per sample the first run whose last iterate
+    fools (else the highest score). ``early_exit`` is refused: it would freeze samples at their
+    first success.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from ..errors import AttackError
-from .base import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice,
-                   per_sample_loss, project, random_start)
+from .base import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice, check_inputs,
+                   eval_mode, per_sample_loss, project, random_start)
 
 KEEPS = ("first-success", "last")
+TARGET_RULES = ("top", "random")
+#: target classes of the default ``-t`` rule (AutoAttack's APGD-T uses 9), capped at K - 1
+DEFAULT_TARGETS = 9
+#: chunks a stream holds at once (the active batch refills from them)
+MAX_LOADED = 4
+
+
+@dataclass
+class Chunk:
+    """One piece of a stream: images ``x`` in [0, 1], **true** labels ``y``, ``eps`` (a float or an
+    (N,) tensor), optionally the clean ``logits`` (they rank the targets of ``-t`` without another
+    forward) and explicit ``targets`` ((N,) or (N, k))."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    eps: Any
+    logits: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
 
 
 class PGD(Attack):
@@ -50,9 +85,12 @@ class PGD(Attack):
         random_start: start uniformly inside each sample's ball (L-inf: U(-eps_i, eps_i) per pixel;
             L2: uniform in the L2 ball of radius eps_i); otherwise start at x.
         restarts: independent random starts; per sample the first that fools wins, else the
-            highest final loss.
+            highest final score.
         loss: ``"ce"`` (cross-entropy) or ``"cw"`` (Carlini-Wagner margin).
-        targeted: ``y`` holds target classes; success means predicted == target.
+        targeted: attack towards target classes chosen by ``targets`` (``y`` stays the true label).
+        targets: the target rule: ``"top"`` (the ``n_targets`` most likely other classes by clean
+            logit, the worst case over them) or ``"random"`` (one seeded random other class).
+        n_targets: targets of the ``"top"`` rule; ``None`` = ``min(9, K - 1)``; capped at ``K - 1``.
         temperature: logits are divided by it inside the loss (temperature-scaled PGD).
         keep: ``"first-success"`` (evaluation, default; alias ``"best"``) or ``"last"`` (training);
             see the module doc.
@@ -63,8 +101,9 @@ class PGD(Attack):
 
     def __init__(self, steps: int = 10, *, norm: str = "linf", step: float | torch.Tensor | None = None,
                  rel_step: float = 0.25, random_start: bool = True, restarts: int = 1, loss: str = "ce",
-                 targeted: bool = False, temperature: float = 1.0, keep: str = "first-success",
-                 precision: str = "fp32", name: str | None = None) -> None:
+                 targeted: bool = False, targets: str = "top", n_targets: int | None = None,
+                 temperature: float = 1.0, keep: str = "first-success", precision: str = "fp32",
+                 name: str | None = None) -> None:
         super().__init__(precision=precision)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise AttackError(f"PGD steps must be an integer >= 0, got {steps!r}; use e.g. steps=10")
@@ -76,6 +115,11 @@ class PGD(Attack):
             raise AttackError(f"temperature must be > 0, got {temperature!r}; use 1.0 for plain logits")
         if step is not None and not isinstance(step, torch.Tensor) and not float(step) >= 0:
             raise AttackError(f"step must be >= 0, got {step!r}; use e.g. 2/255 or leave it None for eps/4")
+        rule = check_choice(targets, TARGET_RULES, "target rule")
+        if n_targets is not None and (isinstance(n_targets, bool) or not isinstance(n_targets, int) or n_targets < 1):
+            raise AttackError(f"n_targets must be an integer >= 1, got {n_targets!r}; use e.g. -t3 for 3 targets")
+        if rule == "random" and n_targets not in (None, 1):
+            raise AttackError("the random target rule draws one target per sample; drop n_targets or use -t<k>")
         self.steps = steps
         self.norm = check_choice(norm, NORMS, "norm")
         self.step = step
@@ -84,6 +128,8 @@ class PGD(Attack):
         self.restarts = restarts
         self.loss = check_choice(loss, LOSSES, "loss")
         self.targeted = bool(targeted)
+        self.targets = rule
+        self.n_targets = n_targets
         self.temperature = float(temperature)
         self.keep = check_choice("first-success" if keep == "best" else keep, KEEPS, "keep")
         self.name = name or self._default_name()
@@ -97,7 +143,7 @@ class PGD(Attack):
         if self.restarts > 1:
             parts.append(f"r{self.restarts}")
         if self.targeted:
-            parts.append("t")
+            parts.append("trand" if self.targets == "random" else f"t{self.n_targets or ''}")
         return "-".join(parts)
 
     def step_sizes(self, eps: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -112,127 +158,333 @@ class PGD(Attack):
         return self.perturb_result(model, x, y, eps, generator=generator, early_exit=early_exit, predict=False).x_adv
 
     def perturb_result(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
-                       generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
-        if early_exit and self.keep == "last":
-            raise AttackError("early_exit freezes samples at their first success, which keep='last' does not want; "
-                              "use early_exit=False for training or keep='first-success' for evaluation")
-        step = self.step_sizes(eps, x)
+                       generator: torch.Generator | None, early_exit: bool, predict: bool,
+                       targets: torch.Tensor | None = None) -> AttackResult:
+        pool = _Pool(self, model, iter([Chunk(x, y, eps, targets=targets)]), generator, early_exit,
+                     batch_size=x.shape[0], predict=predict, checked=True)
+        (res,) = pool.advance()
+        return res
+
+    def stream(self, model: nn.Module, chunks: Iterable[Chunk | tuple], *, generator: torch.Generator | None = None,
+               early_exit: bool = True, batch_size: int | None = None, predict: bool = True) -> Iterator[AttackResult]:
+        """Attack every chunk of ``chunks`` (``Chunk`` objects or ``(x, y, eps[, logits])``
+        tuples) and yield one :class:`AttackResult` per chunk, in order. The active batch
+        (``batch_size``, default: the first chunk's size) is refilled from the chunks still to come
+        as samples leave it, so late steps run at full batch. Each chunk's result equals
+        ``run(model, x, y, eps, generator=...)`` chunk by chunk with the same generator."""
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise AttackError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        model = self._prepare(model)
+        pool = _Pool(self, model, iter(chunks), generator, early_exit, batch_size=batch_size, predict=predict)
+        while True:
+            with eval_mode(model), torch.enable_grad():
+                ready = pool.advance()
+            if not ready:
+                return
+            yield from ready
+
+    # -- pieces the pool uses --------------------------------------------------------------------
+    def _targets(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor | None,
+                 explicit: torch.Tensor | None, generator: torch.Generator | None) -> torch.Tensor | None:
+        """(N, k) target classes by the rule (never the true label), or None when untargeted."""
+        if not self.targeted:
+            if explicit is not None:
+                raise AttackError(f"attack '{self.name}' is untargeted but targets were given; use a -t attack")
+            return None
         n = x.shape[0]
-        st = _State(x, n)
-        for r in range(self.restarts):
-            # Always drawn for the full batch: the same starts (and generator state afterwards)
-            # whichever samples are still active.
-            start = random_start(x, eps, self.norm, generator) if self.random_start else x
-            idx = None
-            if early_exit:
-                idx = (~st.done).nonzero().squeeze(1)
-                if idx.numel() == 0:
-                    continue
-            self._restart(model, x, y, eps, step, start, idx, st, r)
-        if predict and self.keep == "last" and self.restarts == 1:  # training path asked for predictions
-            with torch.no_grad():
-                st.pred.copy_(self.logits_fp32(model, st.out).argmax(1))
-            fooled = self.success(st.pred, y)
-            st.done.copy_(fooled)
-            st.step.copy_(torch.where(fooled, self.steps, NEVER))
-            st.run.copy_(torch.where(fooled, 0, NEVER))
-        return AttackResult(st.out, st.pred, st.done, st.step, st.run)
+        if logits is None:  # in eval mode even for a train-mode attack: no batch-norm update, any batch size
+            with torch.no_grad(), eval_mode(model):
+                logits = self.logits(model, x if explicit is None and self.targets == "top" else x[:1])
+        k_classes = int(logits.shape[1])
+        if k_classes < 2:
+            raise AttackError(f"a targeted attack needs at least 2 classes, the model has {k_classes}")
+        if explicit is not None:
+            t = torch.as_tensor(explicit, device=x.device).long()
+            t = t[:, None] if t.dim() == 1 else t
+            if t.dim() != 2 or t.shape[0] != n or t.shape[1] < 1:
+                raise AttackError(f"targets must have shape ({n},) or ({n}, k), got {tuple(t.shape)}")
+            if n and (bool((t < 0).any()) or bool((t >= k_classes).any())):
+                raise AttackError(f"targets must be class indices in [0, {k_classes}); got some outside")
+            if n and bool((t == y[:, None]).any()):
+                raise AttackError("a target equals the sample's true label, which measures clean accuracy; "
+                                  "pass other classes as targets or use the -t / -trand rules")
+            return t
+        if self.targets == "random":
+            dev = generator.device if generator is not None else x.device
+            r = torch.randint(1, k_classes, (n,), generator=generator, device=dev).to(x.device)
+            return ((y + r) % k_classes)[:, None]
+        k = min(self.n_targets or DEFAULT_TARGETS, k_classes - 1)
+        z = logits.detach().float().scatter(1, y[:, None], float("-inf"))
+        return z.topk(k, dim=1).indices
 
-    def _confirmed(self, model: nn.Module, xa: torch.Tensor, y: torch.Tensor, z: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(fooled, pred) from the attack's logits ``z`` at ``xa``; under bf16 / fp16 the samples
-        that look fooled are re-checked in fp32 and count only if fp32 agrees."""
-        pred = z.argmax(1)
-        fooled = self.success(pred, y)
-        if self.precision != "fp32" and bool(fooled.any()):
-            cand = fooled.nonzero().squeeze(1)
-            with torch.no_grad():
-                p32 = self.logits_fp32(model, xa[cand]).argmax(1)
-            pred = pred.clone()
-            pred[cand] = p32
-            fooled = fooled.clone()
-            fooled[cand] = self.success(p32, y[cand])
-        return fooled, pred
+    def _score(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """What picks among the runs that did not fool a sample: the loss (untargeted) or the
+        untargeted margin (targeted runs: comparable across targets)."""
+        if self.targeted:
+            return per_sample_loss(z, y, "cw")
+        return per_sample_loss(z, y, self.loss, temperature=self.temperature)
 
-    def _restart(self, model, x, y, eps, step, xa, idx, st: "_State", r: int) -> None:
-        """One restart over the active samples ``idx`` (None: all), updating the state ``st``."""
-        track = self.keep == "first-success"
-        if idx is not None:
-            x, y, eps, step, xa = x[idx], y[idx], eps[idx], step[idx], xa[idx]
-        xa = xa.detach()
-        for t in range(self.steps):
-            xa.requires_grad_(True)
-            z = self.logits(model, xa)
-            loss = per_sample_loss(z, y, self.loss, targeted=self.targeted, temperature=self.temperature)
-            (grad,) = torch.autograd.grad(loss.sum(), xa)
-            xa = xa.detach()
-            if track:
-                fooled, pred = self._confirmed(model, xa, y, z.detach())
-                if idx is None:
-                    st.freeze(None, fooled, xa, pred, t, r)
-                elif bool(fooled.any()):  # early exit: freeze the fooled samples, then drop them
-                    st.freeze(idx, fooled, xa, pred, t, r)
-                    live = ~fooled
-                    idx, x, y, eps, step, xa, grad = (v[live] for v in (idx, x, y, eps, step, xa, grad))
-                    if idx.numel() == 0:
-                        return
-            xa = project(ascent_step(xa, grad, step, self.norm), x, eps, self.norm)
-        if not track and self.restarts == 1:  # training: the plain last iterate, no extra forward
-            st.out.copy_(xa)
-            return
-        with torch.no_grad():
-            z = self.logits(model, xa) if self.precision == "fp32" else self.logits_fp32(model, xa)
-            loss = per_sample_loss(z, y, self.loss, targeted=self.targeted, temperature=self.temperature)
-        pred = z.argmax(1)
-        fooled = self.success(pred, y)
-        prev_done = st.done if idx is None else st.done[idx]
-        st.freeze(idx, fooled, xa, pred, self.steps, r)
-        prev_best = st.best if idx is None else st.best[idx]
-        better = ~fooled & ~prev_done & ((loss.double() > prev_best) | (r == 0))
-        _put(st.out, idx, better, xa)
-        _put(st.pred, idx, better, pred)
-        _put(st.best, idx, better, loss.double())
+    def _prepare(self, model: nn.Module) -> nn.Module:
+        if torch.is_inference_mode_enabled():
+            raise AttackError("attacks need input gradients; call the attack outside torch.inference_mode()")
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        return model
 
 
-class _State:
-    """Per-sample results of a PGD run: the returned point, its prediction, whether (and at which
-    step and restart) it was first fooled, and the best loss of a point not fooled."""
+class _ChunkState:
+    """A loaded chunk: its inputs, the targets and random starts of every run (drawn at load, for
+    the whole chunk, run after run), and the per-sample results."""
 
-    def __init__(self, x: torch.Tensor, n: int) -> None:
+    def __init__(self, atk: PGD, model: nn.Module, chunk: Chunk, generator: torch.Generator | None,
+                 checked: bool) -> None:
+        x, y = (chunk.x, chunk.y) if checked else check_inputs(chunk.x, chunk.y)
+        eps = chunk.eps if checked else as_eps(chunk.eps, x)
+        n = x.shape[0]
+        self.n, self.x, self.y, self.eps = n, x, y, eps
+        self.step = atk.step_sizes(eps, x) if n else eps
+        self.targets = atk._targets(model, x, y, chunk.logits, chunk.targets, generator) if n else None
+        n_t = 1 if self.targets is None else self.targets.shape[1]
+        self.runs = n_t * atk.restarts
+        self.restarts = atk.restarts
+        self.starts = None
+        if atk.random_start and n:
+            self.starts = torch.stack([random_start(x, eps, atk.norm, generator) for _ in range(self.runs)])
         dev = x.device
         self.out = x.clone()
         self.pred = torch.full((n,), NEVER, dtype=torch.long, device=dev)
-        self.done = torch.zeros(n, dtype=torch.bool, device=dev)  # fooled: out holds the frozen iterate
-        self.step = torch.full((n,), NEVER, dtype=torch.long, device=dev)
-        self.run = torch.full((n,), NEVER, dtype=torch.long, device=dev)
-        self.best = torch.full((n,), float("-inf"), dtype=torch.float64, device=dev)  # loss of out (not fooled)
+        self.done = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.fstep = torch.full((n,), NEVER, dtype=torch.long, device=dev)
+        self.frun = torch.full((n,), NEVER, dtype=torch.long, device=dev)
+        self.entered = 0
+        self.left = 0
 
-    def freeze(self, idx: torch.Tensor | None, fooled: torch.Tensor, xa: torch.Tensor, pred: torch.Tensor,
-               t: int, r: int) -> None:
-        """Record the first fooling iterate (step ``t`` of restart ``r``) of samples not fooled before."""
-        new = fooled & ~(self.done if idx is None else self.done[idx])
-        _put(self.out, idx, new, xa)
-        _put(self.pred, idx, new, pred)
-        _put(self.step, idx, new, torch.full_like(pred, t))
-        _put(self.run, idx, new, torch.full_like(pred, r))
-        _put(self.done, idx, new, new)
+    def start(self, run: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return self.x[i] if self.starts is None else self.starts[run, i]
+
+    def target(self, run: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        if self.targets is None:
+            return torch.full_like(i, -1)
+        return self.targets[i, torch.div(run, self.restarts, rounding_mode="floor")]
+
+    def result(self, atk: PGD, model: nn.Module, predict: bool) -> AttackResult:
+        if predict and self.n and atk.keep == "last" and self.runs == 1:  # training attack asked for predictions
+            with torch.no_grad():
+                self.pred = atk.logits_fp32(model, self.out).argmax(1)
+            self.done = self.pred != self.y
+            self.fstep = torch.where(self.done, atk.steps, NEVER)
+            self.frun = torch.where(self.done, 0, NEVER)
+        return AttackResult(self.out, self.pred, self.done, self.fstep, self.frun)
 
 
-def _put(dst: torch.Tensor, idx: torch.Tensor | None, mask: torch.Tensor, src: torch.Tensor) -> None:
-    """``dst[idx][mask] = src[mask]`` (``idx`` None: the full batch)."""
-    if idx is None:
-        if dst.device.type == "cpu":  # touch only the selected rows
-            dst[mask] = src[mask]
+class _Pool:
+    """The active batch of a PGD run: one row per sample being attacked, each at its own run and
+    step, refilled from the loaded chunks (and the input iterator) as rows leave."""
+
+    def __init__(self, atk: PGD, model: nn.Module, chunks: Iterator[Chunk | tuple], generator, early_exit: bool,
+                 batch_size: int | None, predict: bool, checked: bool = False) -> None:
+        if early_exit and atk.keep == "last":
+            raise AttackError("early_exit freezes samples at their first success, which keep='last' does not want; "
+                              "use early_exit=False for training or keep='first-success' for evaluation")
+        self.atk, self.model, self.chunks, self.gen = atk, model, chunks, generator
+        self.early_exit, self.predict, self.checked = early_exit, predict, checked
+        self.batch = batch_size
+        self.loaded: dict[int, _ChunkState] = {}
+        self.order: list[int] = []  # ids of loaded chunks, oldest first
+        self.next_id = 0
+        self.exhausted = False
+        self.rows: dict[str, torch.Tensor] | None = None
+        self.layout: tuple[int, ...] | None = None
+
+    # -- input ------------------------------------------------------------------------------
+    def _load(self) -> bool:
+        if self.exhausted or len(self.order) >= MAX_LOADED:
+            return False
+        try:
+            item = next(self.chunks)
+        except StopIteration:
+            self.exhausted = True
+            return False
+        if not isinstance(item, Chunk):
+            if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
+                raise AttackError("a stream yields Chunk objects or (x, y, eps[, clean_logits]) tuples")
+            item = Chunk(*item)
+        cs = _ChunkState(self.atk, self.model, item, self.gen, self.checked)
+        if self.batch is None:
+            self.batch = max(1, cs.n)
+        if self.layout is None and cs.n and cs.x.stride(0) == cs.x[0].numel():
+            self.layout = tuple(cs.x.stride()[1:])
+        self.loaded[self.next_id] = cs
+        self.order.append(self.next_id)
+        self.next_id += 1
+        return True
+
+    def _fill(self) -> None:
+        if self.batch is None and not self._load():
+            return
+        active = 0 if self.rows is None else self.rows["i"].shape[0]
+        new = []
+        while active < self.batch:
+            cid = next((c for c in self.order if self.loaded[c].entered < self.loaded[c].n), None)
+            if cid is None:
+                if not self._load():
+                    break
+                continue
+            cs = self.loaded[cid]
+            m = min(self.batch - active, cs.n - cs.entered)
+            i = torch.arange(cs.entered, cs.entered + m, device=cs.x.device)
+            cs.entered += m
+            active += m
+            zero = torch.zeros_like(i)
+            new.append(dict(c=torch.full_like(i, cid), i=i, run=zero, t=zero.clone(), xa=cs.start(zero, i),
+                            x=cs.x[i], y=cs.y[i], eps=cs.eps[i], step=cs.step[i], tgt=cs.target(zero, i),
+                            done=torch.zeros_like(i, dtype=torch.bool),
+                            best=torch.full(i.shape, float("-inf"), dtype=torch.float64, device=i.device),
+                            runs=torch.full_like(i, cs.runs)))
+        if not new:
+            return
+        if self.rows is not None:
+            new.insert(0, self.rows)
+        self.rows = {k: torch.cat([r[k] for r in new]) if len(new) > 1 else new[0][k] for k in new[0]}
+        self.rows["xa"] = self._relayout(self.rows["xa"].detach())
+
+    def _relayout(self, t: torch.Tensor) -> torch.Tensor:
+        """Keep the input's memory layout (e.g. channels_last, 1-channel images included)."""
+        if self.layout is None or tuple(t.stride()[1:]) == self.layout or t.shape[0] == 0:
+            return t
+        out = torch.empty_strided(t.shape, (t[0].numel(),) + self.layout, dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def advance(self) -> list[AttackResult]:
+        """Iterate until the oldest loaded chunk is finished; return the finished chunks' results
+        (oldest first); an empty list once the input is exhausted."""
+        while True:
+            ready = []
+            while self.order and self.loaded[self.order[0]].left == self.loaded[self.order[0]].n:
+                cs = self.loaded.pop(self.order.pop(0))
+                ready.append(cs.result(self.atk, self.model, self.predict))
+            if ready:
+                return ready
+            if not self._iterate():
+                return []
+
+    def _by_chunk(self, mask: torch.Tensor):
+        rows = mask.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return
+        cids = self.rows["c"][rows]
+        for cid in torch.unique(cids).tolist():
+            sel = rows[cids == cid]
+            yield self.loaded[cid], sel, self.rows["i"][sel]
+
+    def _iterate(self) -> bool:
+        """One forward (+ input gradient) over the active rows. False when nothing is left."""
+        atk, model = self.atk, self.model
+        self._fill()
+        self._finish_plain()
+        R = self.rows
+        if R is None or R["i"].shape[0] == 0:
+            # nothing active: whatever is loaded is finished (or nothing is left at all)
+            if self.order and self.loaded[self.order[0]].left != self.loaded[self.order[0]].n:
+                raise RuntimeError("PGD stream stalled with unfinished samples and no active rows")
+            return bool(self.order)
+        steps = atk.steps
+        track = atk.keep == "first-success"
+        final = R["t"] == steps
+        half = atk.precision != "fp32"
+        tgt = R["tgt"] if atk.targeted else None
+        xa = R["xa"]
+        if bool(final.all()):
+            grad = None
+            with torch.no_grad():
+                z = atk.logits_fp32(model, xa) if half else atk.logits(model, xa)
+            exact = torch.ones_like(final) if half else final
         else:
-            _where_put(dst, mask, src)
-    else:
-        dst[idx[mask]] = src[mask]
+            xa.requires_grad_(True)
+            z = atk.logits(model, xa)
+            loss = per_sample_loss(z, R["y"], atk.loss, target=tgt, temperature=atk.temperature)
+            (grad,) = torch.autograd.grad(loss.sum(), xa)
+            xa = xa.detach()
+            z = z.detach()
+            exact = torch.zeros_like(final)
+            if half and bool(final.any()):  # the last iterate is judged in fp32
+                f = final.nonzero().squeeze(1)
+                with torch.no_grad():
+                    z = z.clone()
+                    z[f] = atk.logits_fp32(model, xa[f]).to(z.dtype)
+                exact = final.clone()
+        check = final if not track else torch.ones_like(final)
+        pred = z.argmax(1)
+        fooled = (pred != R["y"]) & check
+        if half and bool((fooled & ~exact).any()):  # confirm half-precision successes in fp32
+            cand = (fooled & ~exact).nonzero().squeeze(1)
+            with torch.no_grad():
+                p32 = atk.logits_fp32(model, xa[cand]).argmax(1)
+            pred = pred.clone()
+            pred[cand] = p32
+            fooled[cand] = p32 != R["y"][cand]
+        new = fooled & ~R["done"]
+        if bool(new.any()):
+            for cs, sel, i in self._by_chunk(new):
+                cs.out[i] = xa[sel]
+                cs.pred[i] = pred[sel]
+                cs.fstep[i] = R["t"][sel]
+                cs.frun[i] = R["run"][sel]
+                cs.done[i] = True
+            R["done"] = R["done"] | new
+        if bool(final.any()):
+            score = atk._score(z, R["y"]).double()
+            better = final & ~fooled & ~R["done"] & ((score > R["best"]) | (R["run"] == 0))
+            if bool(better.any()):
+                for cs, sel, i in self._by_chunk(better):
+                    cs.out[i] = xa[sel]
+                    cs.pred[i] = pred[sel]
+                R["best"] = torch.where(better, score, R["best"])
+        leave = final & (R["run"] + 1 >= R["runs"])
+        if self.early_exit and track:
+            leave = leave | R["done"]
+        nxt = final & ~leave
+        go = ~final & ~leave
+        if bool(go.any()):
+            g = go.nonzero().squeeze(1)
+            if bool(go.all()):
+                xa = project(ascent_step(xa, grad, R["step"], atk.norm), R["x"], R["eps"], atk.norm)
+            else:
+                xa = xa.clone()
+                xa[g] = project(ascent_step(xa[g], grad[g], R["step"][g], atk.norm), R["x"][g], R["eps"][g], atk.norm)
+            R["t"] = R["t"] + go.long()
+        if bool(nxt.any()):
+            xa = xa.clone() if not bool(go.any()) else xa
+            for cs, sel, i in self._by_chunk(nxt):
+                run = R["run"][sel] + 1
+                xa[sel] = cs.start(run, i)
+                R["tgt"][sel] = cs.target(run, i)
+                R["run"][sel] = run
+                R["t"][sel] = 0
+        R["xa"] = xa
+        self._drop(leave)
+        return True
 
+    def _finish_plain(self) -> None:
+        """Training, one run: a row whose last step is done returns its plain last iterate."""
+        R = self.rows
+        if R is None or self.atk.keep != "last" or R["i"].shape[0] == 0:
+            return
+        fin = (R["t"] == self.atk.steps) & (R["runs"] == 1)
+        if bool(fin.any()):
+            for cs, sel, i in self._by_chunk(fin):
+                cs.out[i] = R["xa"][sel]
+            self._drop(fin)
 
-def _where_put(dst: torch.Tensor, mask: torch.Tensor, src: torch.Tensor) -> None:
-    """``dst[mask] = src[mask]`` without a device sync (no data-dependent shapes)."""
-    dst.copy_(torch.where(mask.reshape((-1,) + (1,) * (dst.dim() - 1)), src, dst))
-
+    def _drop(self, leave: torch.Tensor) -> None:
+        if not bool(leave.any()):
+            return
+        for cs, sel, _ in self._by_chunk(leave):
+            cs.left += int(sel.numel())
+        keep = ~leave
+        self.rows = {k: v[keep] for k, v in self.rows.items()}
+        self.rows["xa"] = self._relayout(self.rows["xa"])
 
 class FGSM(PGD):
     """FGSM (Goodfellow et al. 2015): one step of size eps along the gradient sign (L2: the

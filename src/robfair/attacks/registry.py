@@ -8,11 +8,15 @@ BASE           ``fgsm``, ``rs-fgsm``, ``pgd<k>`` (k steps: pgd10, pgd20, pgd50; 
 ``-l2``        L2 ball instead of L-inf (``-linf`` is the default)
 ``-cw``        Carlini-Wagner margin loss instead of cross-entropy (``-ce``)
 ``-r<R>``      R random restarts (PGD)
-``-t``         targeted: the labels passed to the attack are the targets
+``-t``         targeted, worst case over the min(9, K-1) most likely other classes (APGD-T's rule)
+``-t<k>``      targeted, worst case over the k most likely other classes (``-t1``: the runner-up)
+``-trand``     targeted at one seeded random other class per sample
 ``-plus``      AutoAttack version (``-standard``, ``-plus``, ``-rand``)
 =============  ====================================================================
 
-Examples: ``pgd20``, ``pgd20-l2``, ``pgd50-cw-r5``, ``pgd20-t``, ``rs-fgsm``, ``autoattack-l2``.
+Examples: ``pgd20``, ``pgd20-l2``, ``pgd50-cw-r5``, ``pgd20-t``, ``pgd20-cw-t3``, ``pgd10-trand``,
+``rs-fgsm``, ``autoattack-l2``. A targeted attack never aims at the true label: the labels an attack
+receives are always the true ones and the suffix states where the targets come from.
 Keyword overrides go to the attack's constructor: ``get_attack("pgd10", keep="last")``.
 """
 
@@ -44,12 +48,12 @@ ATTACKS.add("autoattack", AutoAttack, aliases=("aa",),
 _FORMS = {
     "fgsm": "fgsm, fgsm-l2, fgsm-cw, fgsm-t",
     "rs-fgsm": "rs-fgsm, rs-fgsm-l2",
-    "pgd": "pgd<k>: pgd10, pgd20, pgd20-l2, pgd50-cw-r5, pgd20-t",
+    "pgd": "pgd<k>: pgd10, pgd20, pgd20-l2, pgd50-cw-r5, pgd20-t, pgd20-t3, pgd10-trand",
     "trades-kl": "trades-kl, trades-kl-l2",
     "autoattack": "autoattack, autoattack-l2, autoattack-plus, autoattack-rand",
 }
 _HELP_FORMS = ("fgsm, rs-fgsm, pgd<k> (e.g. pgd20), trades-kl, autoattack; "
-               "suffixes -l2, -cw, -r<R> (restarts), -t (targeted), e.g. pgd50-cw-r5")
+               "suffixes -l2, -cw, -r<R> (restarts), -t / -t<k> / -trand (targeted), e.g. pgd50-cw-r5")
 _PGD = re.compile(r"^pgd(\d*)(?:-(.*))?$")
 
 
@@ -63,6 +67,13 @@ def _suffix(token: str) -> tuple[str, Any]:
     m = re.fullmatch(r"r(\d+)", token)
     if m:
         return "restarts", int(m.group(1))
+    m = re.fullmatch(r"t(\d+)", token)
+    if m:
+        if int(m.group(1)) < 1:
+            raise AttackError(f"'-{token}' asks for no target; use -t1 or more, -t (up to 9) or -trand")
+        return "n_targets", int(m.group(1))
+    if token == "trand":
+        return "targets", "random"
     raise AttackError(f"unknown attack suffix '-{token}'; use {_HELP_FORMS}")
 
 
@@ -86,7 +97,32 @@ def parse_attack_name(name: str) -> tuple[str, dict[str, Any]]:
         if k in kwargs and kwargs[k] != v:
             raise AttackError(f"attack '{name}' sets {k} twice; keep one of the conflicting suffixes")
         kwargs[k] = v
+    if ("n_targets" in kwargs or "targets" in kwargs):
+        if "n_targets" in kwargs and "targets" in kwargs:
+            raise AttackError(f"attack '{name}' names two target rules; keep one of -t<k> and -trand")
+        kwargs["targeted"] = True
     return base, kwargs
+
+
+def target_rule(name: str) -> str | None:
+    """The stated target rule of an attack name: ``None`` (untargeted), ``"default"`` (bare
+    ``-t``: the top ``min(9, K - 1)`` classes), ``"top<k>"`` or ``"random"``."""
+    _, kw = parse_attack_name(name)
+    if not kw.get("targeted"):
+        return None
+    if kw.get("targets") == "random":
+        return "random"
+    return f"top{kw['n_targets']}" if "n_targets" in kw else "default"
+
+
+def require_target_rule(name: str, where: str = "training attack") -> None:
+    """Refuse a bare ``-t`` where an attack *trains* a model: the default worst case over the top
+    9 classes is an evaluation rule; training must name one (``-t<k>`` or ``-trand``)."""
+    if target_rule(name) == "default":
+        stem = str(name).strip().lower()
+        stem = "-".join(p for p in stem.split("-") if p != "t")
+        raise AttackError(f"{where} '{name}' is targeted without a target rule; name one: {stem}-trand "
+                          f"(a seeded random other class) or {stem}-t1 (the most likely other class)")
 
 
 def get_attack(name: str, **overrides: Any) -> Attack:
@@ -112,6 +148,7 @@ def describe_attacks() -> list[dict[str, str]]:
         if entry.aliases:
             label += f" ({', '.join(entry.aliases)})"
         rows.append({"name": label, "forms": _FORMS.get(entry.name, entry.name), "help": entry.help})
-    rows.append({"name": "suffixes", "forms": "-l2, -cw, -r<R>, -t, -plus/-rand",
-                 "help": "L2 ball, CW margin loss, R restarts, targeted (labels are targets), AutoAttack version"})
+    rows.append({"name": "suffixes", "forms": "-l2, -cw, -r<R>, -t, -t<k>, -trand, -plus/-rand",
+                 "help": "L2 ball, CW margin loss, R restarts, targeted (worst case over the top 9 / k other "
+                         "classes, or a seeded random one; never the true label), AutoAttack version"})
     return rows

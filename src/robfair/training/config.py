@@ -125,6 +125,16 @@ class TrainConfig(BaseModel):
         self.method_options = method.options.model_dump(mode="json")
         if self.attack is None:
             self.attack = method.default_attack
+        if self.attack and self.attack.lower() != "none":
+            from ..attacks import require_target_rule
+            from ..errors import AttackError
+
+            try:
+                require_target_rule(self.attack)
+            except AttackError as e:
+                if "target rule" in str(e):
+                    raise ConfigError(f"attack: {e}") from None
+                # an unknown name is reported where the attack is built, with the list of names
         if self.milestones is not None and self.schedule == "piecewise":
             bad = [m for m in self.milestones if not 0 < m <= self.epochs]
             if bad or list(self.milestones) != sorted(self.milestones):

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RobfairError
 from ..utils import atomic_path, write_json
 from . import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
@@ -244,8 +244,13 @@ def build_attack(name: str | None, options: dict[str, Any], *, train: bool) -> _
         return None
     import inspect
 
-    from ..attacks import ATTACKS, get_attack, parse_attack_name
+    from ..attacks import ATTACKS, get_attack, parse_attack_name, require_target_rule
 
+    if train:
+        try:
+            require_target_rule(name)
+        except RobfairError as e:
+            raise ConfigError(str(e)) from None
     opts = dict(options)
     if train and "keep" in inspect.signature(ATTACKS.get(parse_attack_name(name)[0])).parameters:
         opts.setdefault("keep", "last")
