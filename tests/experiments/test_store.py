@@ -76,12 +76,14 @@ def test_silent_heartbeat_on_another_host_is_stale(store):
 CLAIMER = textwrap.dedent("""
     import json, random, sys, time
     from robfair.experiments.store import Store
-    path, n, out, go, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+    from pathlib import Path
+    path, n, out, go, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
     s = Store(path, timeout=60)
     order = list(range(n))
     random.Random(seed).shuffle(order)  # each worker tries every run, in its own order
-    while time.time() < go:
-        time.sleep(0.005)
+    Path(out + ".ready").touch()
+    while not go.exists():  # the test starts both at once, after both are ready (imports are slow on a busy machine)
+        time.sleep(0.001)
     got = []
     for i in order:
         if s.claim(f"run{i}") == "claimed":
@@ -96,9 +98,14 @@ def test_two_processes_claim_each_run_exactly_once(tmp_path):
     with Store(tmp_path / "index.sqlite") as s:
         for i in range(n):
             s.register(f"run{i}")
-    go = time.time() + 4.0  # both start claiming at the same instant
+    go = tmp_path / "go"  # both start claiming at the same instant, once both have started
     procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path / "index.sqlite"), str(n),
                                str(tmp_path / f"got{k}.json"), str(go), str(k)]) for k in range(2)]
+    deadline = time.time() + 120
+    while not all((tmp_path / f"got{k}.json.ready").exists() for k in range(2)):
+        assert time.time() < deadline and all(p.poll() is None for p in procs), "a claimer did not start"
+        time.sleep(0.01)
+    go.touch()
     for p in procs:
         assert p.wait(timeout=120) == 0
     got = [set(json.loads((tmp_path / f"got{k}.json").read_text())) for k in range(2)]
