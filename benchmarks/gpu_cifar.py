@@ -50,7 +50,7 @@ from robfair.safeio import check_output_dir
 from robfair.training import TrainConfig, train
 from robfair.utils import resolve_device, tune_allocator, write_json
 
-#: PGD-AT PreAct-ResNet-18 on (lossless) CIFAR-10, as quoted in issue 14: class -> (clean %, robust %)
+#: PGD-AT PreAct-ResNet-18 on (lossless) CIFAR-10, FRL (Xu et al., ICML 2021) abstract: class -> (clean %, robust %)
 PUBLISHED = {"automobile": (93.0, 67.0), "cat": (65.0, 17.0)}
 
 
@@ -143,7 +143,7 @@ def summary_md(args, info, table: pd.DataFrame, aggs: dict, timings: dict, warni
               f"({c['best_group']}) | {100 * c['gap']:.1f} | {100 * c['sd']:.1f} |",
               f"| robust | {100 * rb['avg']:.1f} | {100 * rb['worst']:.1f} ({rb['worst_group']}) | {100 * rb['best']:.1f} "
               f"({rb['best_group']}) | {100 * rb['gap']:.1f} | {100 * rb['sd']:.1f} |",
-              "", "Published (PGD-AT PreAct-ResNet-18, lossless CIFAR-10, full training, as quoted in issue 14): "
+              "", "Published (PGD-AT PreAct-ResNet-18, lossless CIFAR-10, full training; FRL, Xu et al. 2021, abstract): "
               "automobile 93% clean / 67% robust, cat 65% / 17%.", "", "## Timings (s)", ""]
     for k, v in timings.items():
         if isinstance(v, bool):

@@ -6,17 +6,27 @@ from pathlib import Path
 
 import pytest
 
+from robfair.data.registry import split_options
 from robfair.errors import ConfigError
 from robfair.experiments import load_study
 
 STUDIES = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
 CPU_DATA = ("digits", "fashion-mnist", "mnist")
+#: real data at CPU size: a seeded subset of at most this many training images per class
+CPU_SUBSET = {"cifar10-jpeg": 1000}
+#: the CPU-size studies on the papers' own dataset, which name their paper-size counterpart in vars.paper_size
+CIFAR_CPU = {"benz-classwise-cifar-cpu": "benz-classwise-paper", "fair-methods-cifar-cpu": "successors-paper"}
 
 
 def test_every_study_has_a_cpu_and_a_paper_size():
     names = {p.stem for p in STUDIES}
-    assert {"benz-classwise", "frl-table", "successors", "tran-fairness"} <= names
+    assert {"benz-classwise", "frl-table", "successors", "tran-fairness", *CIFAR_CPU} <= names
     for n in names:
+        if n.endswith("-cpu"):
+            study = load_study(next(p for p in STUDIES if p.stem == n))
+            assert study.size == "cpu" and n in CIFAR_CPU, n
+            assert study.vars.get("paper_size") == CIFAR_CPU[n] and CIFAR_CPU[n] in names, n
+            continue
         base = n.removesuffix("-paper")
         assert base in names and f"{base}-paper" in names, n
 
@@ -34,11 +44,35 @@ def test_study_expands(path, tmp_path):
             pytest.skip(str(e))  # a method another issue adds has not landed yet
         raise
     assert runs and len({r.name for r in runs}) == len(runs)
-    data = {r.train["data"].split(":")[0] for r in runs}
+    data = {r.train["data"].split(":")[0].split(",")[0] for r in runs}
     if study.size == "cpu":
-        assert data <= set(CPU_DATA), data
+        assert data <= set(CPU_DATA) | set(CPU_SUBSET), data
+        for r in runs:  # real data at CPU size only as a small seeded subset
+            name, opts = split_options(r.train["data"])
+            if name.split(":")[0] in CPU_SUBSET:
+                assert 0 < int(opts["per_class"]) <= CPU_SUBSET[name.split(":")[0]], r.train["data"]
     else:
         assert not data & set(CPU_DATA), data
     groups = {r.group for r in runs}
     if study.report.baseline is not None:
         assert study.report.baseline in groups
+
+
+@pytest.mark.parametrize("name", sorted(CIFAR_CPU))
+def test_cifar_cpu_studies_dry_run_through_the_cli(name, tmp_path, capsys):
+    """`robfair sweep STUDY --dry-run` plans every run of the CIFAR CPU studies and trains nothing."""
+    from tests._shared import run_cli
+
+    out = tmp_path / name
+    code, stdout, err = run_cli(["sweep", STUDIES[0].parent / f"{name}.yaml", "--out", out, "--dry-run"], capsys)
+    assert code == 0, err
+    expected = {"benz-classwise-cifar-cpu": ["standard", "pgd-at", "trades"],
+                "fair-methods-cifar-cpu": ["trades", "frl", "cfa", "wat", "dafa"]}[name]
+    for run in expected:
+        assert f"{run},seed=0" in stdout
+    assert f"{len(expected)} runs" in stdout
+    assert not any(out.rglob("metrics.jsonl")) and not any(out.rglob("audit.json"))
+    study = load_study(STUDIES[0].parent / f"{name}.yaml")
+    runs = study.expand(tmp_path / "x")
+    assert {r.train["data"] for r in runs} == {"cifar10-jpeg,per_class=700,test_per_class=300"}
+    assert {r.train["model"] for r in runs} == {"cifar-cnn"} and {r.train["epochs"] for r in runs} == {8}
