@@ -87,6 +87,10 @@ def parse(argv=None) -> argparse.Namespace:
         args.val_per_class, args.calib_images, args.attacks, args.probe = 1, 8, "fgsm,pgd2", 1
         args.audit_batch, args.budget_s = 32, 60.0
         args.data = with_options(args.data, per_class=3, test_per_class=2)
+        if args.precision != "fp32":  # robfair refuses emulated bf16/fp16 unless asked: the dry run checks the path
+            import os
+
+            os.environ.setdefault("ROBFAIR_EMULATED_PRECISION", "1")
     args.model = args.model or "preact-resnet18"
     return args
 

@@ -154,8 +154,9 @@ def test_same_seed_same_weights_other_seed_differs(digits):
     assert not all(torch.equal(u, v) for u, v in zip(weights(a.model).values(), weights(c.model).values()))
 
 
-def test_fast_paths_run(digits):
+def test_fast_paths_run(digits, monkeypatch):
     # bf16 autocast, channels_last, warm-up + cosine, Adam, EMA, final audit hook
+    monkeypatch.setenv("ROBFAIR_EMULATED_PRECISION", "1")  # bf16 is emulated on CPUs without bf16 units
     calls = []
 
     def audit(model, test):

@@ -56,7 +56,8 @@ class TrainConfig(BaseModel):
     warmup_epochs: float = Field(0, ge=0, description="linear warm-up from lr/100, in epochs")
     ema: float | None = Field(None, gt=0, lt=1, description="EMA decay of the weights (e.g. 0.999); None: off")
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    channels_last: bool = False
+    channels_last: bool | None = Field(
+        None, description="channels_last memory format; None: on for models with 2-D convolutions")
     augment: Literal["none", "crop-flip"] = "none"
     crop_padding: int = Field(4, ge=0, description="crop-flip: zero padding before the random crop")
 

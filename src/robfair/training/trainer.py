@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, RobfairError
+from ..hardware import channels_last as to_channels_last
 from ..utils import atomic_path, write_json
 from . import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
@@ -279,6 +280,9 @@ class Trainer:
         if val is not None and len(val) == 0:
             raise ConfigError("the validation set is empty; raise val_per_class or pass val=None with select: last")
         self.dist, self.device, self._owns_group = D.setup(cfg.device)
+        from ..hardware import check_precision, wants_channels_last
+
+        check_precision(cfg.precision, self.device, what="precision")  # bf16 where it is not native: refused
         self.method = method if method is not None else build_method(cfg.method, cfg.method_options)
         self.callbacks = list(callbacks)
         self.final_audit = final_audit
@@ -289,7 +293,8 @@ class Trainer:
         self.num_classes = len(self.class_names)
 
         # --- model, data, attacks
-        fmt = torch.channels_last if cfg.channels_last else torch.preserve_format
+        self.channels_last = wants_channels_last(model, cfg.channels_last)  # default: on for conv nets
+        fmt = torch.channels_last if self.channels_last else torch.preserve_format
         self.raw_model = model.to(self.device, memory_format=fmt)
         self.model = D.wrap(self.raw_model, self.dist, self.device)
         self.train_ds = _place(train, self.device)
@@ -578,8 +583,8 @@ class Trainer:
             x, y, g = _fetch(self.train_ds, idx, dev)
             if cfg.augment == "crop-flip":
                 x = random_crop_flip(x, cfg.crop_padding, aug_gen)
-            if cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            if self.channels_last:
+                x = to_channels_last(x)
             with self._autocast():
                 loss = self.method.loss(self.model, x, y, g, ctx)
             self.optimizer.zero_grad(set_to_none=True)
@@ -631,8 +636,8 @@ class Trainer:
         self._emit("on_val_start", epoch, nb)
         ys, gs, cps, aps = [], [], [], []
         for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
-            if cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            if self.channels_last:
+                x = to_channels_last(x)
             clean = self._predict(model, x)
             if self.val_attack is not None and cfg.eps > 0:
                 with self._autocast():
