@@ -121,6 +121,19 @@ def per_class_table(rep, attacks: list[str]) -> pd.DataFrame:
     return t
 
 
+def probe_verdict(rec: dict) -> str:
+    """One line from the audit's reliability-probe record (robfair.audit.probe)."""
+    if "skipped" in rec:
+        return f"skipped ({rec['skipped']})"
+    o = rec.get("overall", {})
+    flagged = rec.get("flagged_groups") or []
+    verdict = (f"AutoAttack finds significantly more errors in {', '.join(map(str, flagged))}" if flagged
+               else "no class where AutoAttack finds significantly more errors")
+    return (f"{rec.get('attack', 'AutoAttack')} on {o.get('n', '?')} samples (up to {rec.get('per_group_max', '?')} "
+            f"per class): robust {100 * o.get('robust_acc', float('nan')):.1f}% -> "
+            f"{100 * o.get('autoattack_robust_acc', float('nan')):.1f}% (p = {o.get('p', float('nan')):.2g}); {verdict}")
+
+
 def summary_md(args, info, table: pd.DataFrame, aggs: dict, timings: dict, warnings: list[str], probe: str) -> str:
     lines = [f"# GPU check: {args.model} PGD-AT on {args.data}", "",
              f"- device: {info['device']} ({info['gpu'] or platform.processor() or 'cpu'}), torch {info['torch']}, "
@@ -241,12 +254,22 @@ def main(argv=None) -> int:
     timings["within_600_s"] = timings["total_s"] < 600
 
     table = per_class_table(rep, attacks)
+    probe_rec = getattr(rep, "probe", None)
+    if isinstance(probe_rec, dict):
+        probe = probe_verdict(probe_rec)
+        rows = probe_rec.get("per_group") or {}
+        if rows:
+            table["probe_n"] = [rows.get(str(c), {}).get("n") for c in table.index]
+            table["probe_rob_acc_autoattack"] = [100 * rows[str(c)]["autoattack_robust_acc"] if str(c) in rows else None
+                                                 for c in table.index]
     aggs = {m: rep.aggregates()[m] for m in ("clean_acc", "rob_acc")}
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "per_class.csv", float_format="%.2f")
     write_json(args.out / "aggregates.json", aggs)
     write_json(args.out / "audit.json", rep.to_json())
     write_json(args.out / "timings.json", timings)
+    if isinstance(probe_rec, dict):
+        write_json(args.out / "probe.json", probe_rec)
     write_json(args.out / "info.json", info)
     (args.out / "summary.md").write_text(summary_md(args, info, table, aggs, timings, list(rep.warnings), probe))
     print(table.round(1).to_string(), flush=True)
