@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from . import __version__
-from .errors import AttackError, ConfigError, DataError, RobfairError
+from .errors import AttackError, ConfigError, DataError, ModelError, RobfairError
 from .metrics import GroupReport, wilson
 from .utils import atomic_path, resolve_device
 
@@ -200,10 +200,26 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
 
 @torch.no_grad()
 def _probe_num_classes(model: nn.Module, x: torch.Tensor) -> int:
-    z = model(x)
+    try:
+        z = model(x)
+    except RuntimeError as e:
+        raise ModelError(f"the model failed on images of shape {tuple(x.shape[1:])} ({str(e).splitlines()[0][:120]}); "
+                         "pick the dataset the model was trained for") from None
     if z.ndim != 2:
-        raise RobfairError(f"the model returns shape {tuple(z.shape)}; it must return (batch, classes) logits")
+        raise ModelError(f"the model returns shape {tuple(z.shape)}; it must return (batch, classes) logits")
     return int(z.shape[1])
+
+
+def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
+    """The model takes these images and returns one logit per class of the dataset (one-line ModelError)."""
+    if getattr(model, "robfair_spec", None):
+        from .models import check_model_data
+
+        check_model_data(model, tuple(x.shape[1:]), num_classes)
+    k = _probe_num_classes(model, x)
+    if k != num_classes:
+        raise ModelError(f"the model outputs {k} logits but the dataset has {num_classes} classes; "
+                         "pick the matching dataset or model")
 
 
 # ============================================================================== the report
@@ -580,9 +596,7 @@ def certify(
     model.eval()
     model = model.to(dev)
     try:
-        from .audit import _check_model_output
-
-        _check_model_output(model, dataset.images(positions[:2]).to(dev), K)
+        _check_model(model, dataset.images(positions[:2]).to(dev), K)
         total = positions.size
         settings = {"sigma": sigma, "n0": int(n0), "n": int(n), "alpha": float(alpha), "batch_size": int(batch_size),
                     "seed": int(seed), "schema": CHECKPOINT_SCHEMA}

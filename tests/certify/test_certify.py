@@ -338,3 +338,12 @@ def test_report_of_a_run_folder_shows_its_certificates(tmp_path, capsys):
     (run / "certify.json").write_text("{}")
     code, _, err = run_cli(["report", tmp_path / "runs", "--out", tmp_path / "r2.html"], capsys)
     assert code == 2 and "not a robfair certify result" in err
+
+
+def test_model_data_mismatch_is_one_line():
+    model, ds, _ = linear_problem(n=5)
+    ds3 = Dataset(x=ds.x, y=ds.y, classes=["a", "b", "c"])
+    with pytest.raises(RobfairError, match="2 logits but the dataset has 3 classes"):
+        C.certify(model, ds3, SIGMA, n=10, device="cpu")
+    with pytest.raises(RobfairError, match="sigma"):
+        C.certify(model, ds, -1.0, n=10, device="cpu")
