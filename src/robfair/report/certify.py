@@ -57,12 +57,14 @@ def curves_figure(payloads: Mapping[str, dict], by: str = "class") -> Figure:
                 ax.plot(r, vals, lw=1.2, color=cmap(i % cmap.N), label=str(name))
             ax.plot(r, [100 * v for v in c["all"]], "k--", lw=2, label="all")
             s = p.get("settings", {})
+            if s.get("max_radius"):
+                ax.axvline(s["max_radius"], ls=":", color="grey", lw=1, label="largest certifiable radius")
             ax.set_title(f"{label}: sigma {s.get('sigma')}, n {s.get('n')}, alpha {s.get('alpha')}", fontsize=10)
             ax.set_xlabel("L2 radius")
             ax.set_ylim(0, 102)
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("certified accuracy (%)")
-        axes[0][-1].legend(fontsize=7, ncol=2, loc="upper right")
+        axes[0][-1].legend(fontsize=7, ncol=2, loc="best")
         fig.tight_layout()
         return Figure(f"certified accuracy vs radius per {by}", _png(fig),
                       f"certified accuracy against radius per {by} for {', '.join(k for k, _ in items)}")
