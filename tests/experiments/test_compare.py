@@ -101,13 +101,51 @@ def test_compare_cli_outputs(tmp_path, capsys):
         printed = capsys.readouterr().out
         assert "Per class, each run vs trades" in printed and "<b>dog</b>" in printed
     d = json.loads((tmp_path / "cmp.json").read_text())
-    assert d["labels"] == ["trades", "frl"] and len(d["per_class"]) == 4
+    assert d["labels"] == ["trades", "frl"] and len(d["per_class"]) == 6  # 2 classes x clean, robust, bndy
     md = (tmp_path / "cmp.md").read_text()
     assert "| cat |" in md and "+20.0" in md  # dog robust 50 -> 70
     csv = (tmp_path / "cmp.csv").read_text().splitlines()
-    assert csv[0].startswith("run,reference,class,metric") and len(csv) == 1 + 4 + 5
+    assert csv[0].startswith("run,reference,class,metric") and len(csv) == 1 + 6 + 7
     # bad input: one line, exit 2, no file
     with pytest.raises(SystemExit) as exc:
         main(["compare", str(tmp_path / "trades"), str(tmp_path / "missing"), "--out", str(tmp_path / "x.md")])
     assert exc.value.code == 2 and not (tmp_path / "x.md").exists()
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_boundary_error_differences():
+    """FRL's question: boundary error (clean-correct but attacked) differences beside clean and robust."""
+    a = report([(100, 90, 40), (100, 90, 80)])  # bndy err 50%, 10%
+    b = report([(100, 90, 70), (100, 90, 80)])  # bndy err 20%, 10%
+    cmp = compare({"a": a, "b": b}, n_boot=400)
+    pc = cmp.per_class.set_index(["class", "metric"])
+    assert pc.loc[("c0", "bndy_err"), "ref_value"] == pytest.approx(0.5) and pc.loc[("c0", "bndy_err"), "value"] == pytest.approx(0.2)
+    assert pc.loc[("c0", "bndy_err"), "diff"] == pytest.approx(-0.3) and bool(pc.loc[("c0", "bndy_err"), "beyond"])
+    assert pc.loc[("c1", "bndy_err"), "diff"] == 0 and not bool(pc.loc[("c1", "bndy_err"), "beyond"])
+    ag = cmp.aggregates.set_index("statistic")
+    assert ag.loc["boundary error avg", "diff"] == pytest.approx(-0.15)
+    assert ag.loc["boundary error worst", "ref_value"] == pytest.approx(0.5)  # the worst is the largest error
+    assert ag.loc["boundary error worst", "diff"] == pytest.approx(-0.3) and bool(ag.loc["boundary error worst", "beyond"])
+    t = cmp.tables()[0]
+    col = t.columns.index("Δ bndy err b")
+    assert t.rows[0][col].startswith("-30.0 [") and t.rows[0][col].endswith(" *")
+    assert t.good[0][col] and not t.emph[0][col]  # a drop in boundary error is good, not bad
+    rob = t.columns.index("Δ robust b")
+    assert t.good[0][rob] and not t.emph[0][rob]
+
+
+def test_runs_named_by_folder_or_name(tmp_path, capsys):
+    from robfair.experiments.compare import unique_labels
+
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        write_json(tmp_path / folder / "audit_10k_best.json", AuditReport({"pgd20": report([(50, 40, 20), (50, 45, 30)])}).to_json())
+    files = [tmp_path / "x" / "audit_10k_best.json", tmp_path / "y" / "audit_10k_best.json"]
+    assert unique_labels(files) == ["audit_10k_best", "y/audit_10k_best"]
+    (tmp_path / "run" / "sub").mkdir(parents=True)
+    assert unique_labels([tmp_path / "run" / "audit.json", tmp_path / "run"]) == ["run", f"{tmp_path.name}/run"]
+    assert unique_labels(files, ["trades", "frl"]) == ["trades", "frl"]
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", *map(str, files), "--name", "trades", "--name", "frl", "--bootstrap", "0"])
+    assert exc.value.code == 0
+    assert "Per class, each run vs trades" in capsys.readouterr().out

@@ -29,16 +29,41 @@ console = Console(width=None if Console().is_terminal else 150)
 err_console = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        import platform
+
+        import torch
+
+        from .. import __version__
+
+        console.print(f"robfair {__version__} (torch {torch.__version__}, Python {platform.python_version()})",
+                      highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the robfair, torch and Python versions and exit.")) -> None:
+    """robfair: find, explain and fix unequal adversarial robustness (per class, per group).
+
+    Start with `robfair demo`; the README lists every command and docs/ the methods, studies and file formats."""
+
+
 def _progress() -> Progress:
+    """Live bars on a terminal, drawn on the console the log lines go to (stdout when it is a terminal),
+    so every line printed while a bar runs lands above the bars, whole. Without a terminal the bars are
+    off and :class:`_Bars` writes plain progress lines instead."""
+    live = console if console.is_terminal else err_console
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        console=err_console,
+        console=live,
         transient=True,
-        disable=not err_console.is_terminal and not _force_progress(),
+        disable=not live.is_terminal and not _force_progress(),
     )
 
 
@@ -48,21 +73,72 @@ def _force_progress() -> bool:
     return bool(os.environ.get("ROBFAIR_PROGRESS"))
 
 
-class _Bars:
-    """Adapter: the library's (stage, done, total) callback -> rich progress bars, one per stage."""
+def log_line(text: str) -> None:
+    """A log line (epoch summaries ...): whole, never cut to the terminal width, above any live bar."""
+    console.print(text, highlight=False, soft_wrap=True)
 
-    def __init__(self, progress: Progress, prefix: str = "") -> None:
+
+def _duration(seconds: float) -> str:
+    s = int(round(max(0.0, seconds)))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
+class _Bars:
+    """Adapter: the library's (stage, done, total) callback -> rich progress bars, one per stage.
+
+    Without a terminal (output redirected to a file, a batch job) the bars are off; instead a plain
+    line goes to stderr whenever a stage passes another ``every`` (10%) of its total, at most one
+    line per ``min_gap`` seconds, and at least one every ``heartbeat`` seconds while anything runs::
+
+        [  2m05s] pgd-at: epoch 3 train  45/120 (37%)  2.3 batches/s  ETA 33s
+    """
+
+    def __init__(self, progress: Progress, prefix: str = "", *, every: float = 0.1, min_gap: float = 5.0,
+                 heartbeat: float = 30.0, clock=None, unit: str = "it") -> None:
+        import time
+
         self.progress = progress
         self.prefix = prefix
         self.tasks: dict[str, int] = {}
+        self.log = bool(progress.disable)
+        self.every, self.min_gap, self.heartbeat = every, min_gap, heartbeat
+        self.clock = clock or time.monotonic
+        self.unit = unit
+        self.t0 = self.clock()
+        self.last_line = self.t0
+        self.stages: dict[str, tuple[float, int, int]] = {}  # stage -> (start time, done then, last step logged)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         key = f"{self.prefix}{stage}"
+        if self.log:
+            self._log(key, done, total)
+            return
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(key, total=total)
         self.progress.update(self.tasks[key], completed=done, total=total)
         if done >= total:
             self.progress.remove_task(self.tasks.pop(key))
+
+    def _log(self, key: str, done: int, total: int) -> None:
+        now = self.clock()
+        start, done0, step = self.stages.setdefault(key, (now, done, 0))
+        frac = done / total if total else 1.0
+        new_step = int(frac / self.every + 1e-9)
+        gap = now - self.last_line
+        finished = done >= total
+        if (new_step > step and gap >= self.min_gap) or gap >= self.heartbeat or (finished and now - start >= self.min_gap
+                                                                                   and gap >= self.min_gap):
+            self.stages[key] = (start, done0, new_step)
+            self.last_line = now
+            rate = (done - done0) / (now - start) if now > start and done > done0 else 0.0
+            eta = f"ETA {_duration((total - done) / rate)}" if rate > 0 and not finished else ("done" if finished else "ETA -")
+            speed = f"{rate:.3g} {self.unit}/s" if rate >= 0.1 else (f"{60 * rate:.3g} {self.unit}/min" if rate > 0 else "-")
+            from ..inert import plain
+
+            err_console.print(f"[{_duration(now - self.t0):>7}] {plain(key)}  {done}/{total} ({100 * frac:.0f}%)  "
+                              f"{speed}  {eta}", highlight=False, soft_wrap=True, markup=False)
+        if finished:
+            self.stages.pop(key, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,8 +148,8 @@ def audit(
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split to audit: test or train."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack name; repeat for several (fgsm, pgd20, pgd20-l2, autoattack...)."),
-    eps: Optional[str] = typer.Option(None, help="Radius, e.g. 0.1 or 8/255 (default: the checkpoint's training eps, else 8/255)."),
-    batch_size: int = typer.Option(256, min=1),
+    eps: Optional[str] = typer.Option(None, help="Radius, e.g. 0.1 or 8/255  \\[default: the checkpoint's training eps, else 8/255]"),
+    batch_size: int = typer.Option(256, min=1, help="Samples per batch."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, mps."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds the attacks' random starts."),
     early_exit: bool = typer.Option(True, help="Stop attacking samples already fooled (same result, faster)."),
@@ -82,14 +158,14 @@ def audit(
     bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals (0: none)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder). "
                                        "A run folder's own audit.json is only replaced, with --overwrite, by an audit "
-                                       "of that run's best.pt on its split."),
-    plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here."),
+                                       "of that run's best.pt on its split  \\[default: not written]"),
+    plot: Optional[Path] = typer.Option(None, help="Write a per-class bar chart PNG here  \\[default: not written]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
     allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1 ([0,1] images)."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute to group by: utkface race/gender/age, "
-                                         "celeba any attribute, imagefolder a groups.csv column, npz g; class: the classes."),
+                                         "celeba any attribute, imagefolder a groups.csv column, npz g; class: the classes  \\[default: the classes]"),
     eps_sweep: Optional[str] = typer.Option(None, "--eps-sweep", help="START:STOP:N, e.g. 0:16/255:9: robust accuracy "
-                                            "vs eps per group (one pass; Wilson intervals)."),
+                                            "vs eps per group (one pass; Wilson intervals; shown by `robfair report`)  \\[default: no sweep]"),
     distances: bool = typer.Option(False, "--distances", help="Distance of each sample to the decision boundary, "
                                    "summarized per group (exact for linear models, else bisection with the first attack)."),
 ) -> None:
@@ -128,7 +204,8 @@ def audit(
     if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
         from ..report.plots import classwise_bars
 
-        classwise_bars({model.stem: rep}, plot_path)
+        classwise_bars({_checkpoint_label(model): rep}, plot_path,
+                       title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
     if out_path is not None:
         from ..utils import write_json
 
@@ -138,17 +215,30 @@ def audit(
         console.print(f"wrote {term(plot_path)}", highlight=False)
 
 
+def _checkpoint_label(path: Path) -> str:
+    """``runs/trades/checkpoints/best.pt`` -> ``trades (best.pt)``: the run, not the file name."""
+    path = Path(path)
+    if path.parent.name == "checkpoints" and path.parent.parent.name:
+        return f"{path.parent.parent.name} ({path.name})"
+    return path.name
+
+
+def _attack_label(rep) -> str:
+    attacks = list(rep.attacks)
+    return attacks[0] if len(attacks) == 1 else "worst case of " + ", ".join(attacks)
+
+
 def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: float, sweep_values, distances: bool,
                                    *, batch_size: int, device: str, seed: int) -> dict:
     """The audit's group tables (when the groups are not the classes), the eps sweep and the
     distances; returns their JSON for audit.json."""
-    from ..report.text import group_table
+    from ..report.text import fit_table, group_table
 
     extras: dict = {}
     main = rep.main
     if ds.g is not None:
         console.print(group_table(main, title=f"per class, {main.attack}", by="class"))
-        console.print(_cell_table(main, title=f"per (group x class) cell, {main.attack}"))
+        console.print(fit_table(console, _cell_table(main, title=f"per (group x class) cell, {main.attack}"), key_columns=2))
         console.print(_fairness_line(main))
     if sweep_values is not None:
         from ..eps_sweep import eps_sweep as run_sweep
@@ -158,7 +248,7 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
             with _progress() as p:
                 sweep = run_sweep(net, ds, name, sweep_values, batch_size=batch_size, device=device, seed=seed,
                                   progress=_Bars(p))
-            console.print(_sweep_table(sweep))
+            console.print(fit_table(console, _sweep_table(sweep)))
             extras["eps_sweep"][name] = sweep.to_json()
     if distances:
         from ..distances import boundary_distances

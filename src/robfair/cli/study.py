@@ -48,14 +48,14 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the study's out, runs/<name>)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Local: runs at a time (default: the study's local.workers)."),
     backend: str = typer.Option("local", help="local (processes on this machine) or slurm (submitit job array)."),
-    partition: Optional[str] = typer.Option(None, help="Slurm partition (overrides slurm.partition)."),
-    gpus: Optional[str] = typer.Option(None, help="Local: GPU ids for the worker slots, e.g. 0,1."),
+    partition: Optional[str] = typer.Option(None, help="Slurm partition  \\[default: the study's slurm.partition]"),
+    gpus: Optional[str] = typer.Option(None, help="Local: GPU ids for the worker slots, e.g. 0,1  \\[default: none, CPU or the run's device]"),
     threads: Optional[int] = typer.Option(None, min=1, help="Local: torch threads per run (default: cores / workers)."),
-    device: Optional[str] = typer.Option(None, help="Device of every run (auto, cpu, cuda); not part of the config hash."),
+    device: Optional[str] = typer.Option(None, help="Device of every run (auto, cpu, cuda); not part of the config hash  \\[default: each run's config]"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed runs again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the runs and their state; run nothing, write nothing."),
     wait: bool = typer.Option(False, "--wait", help="Slurm: wait for the job array and print the results."),
-    tensorboard: Optional[bool] = typer.Option(None, "--tensorboard/--no-tensorboard", help="TensorBoard scalars per epoch (extra [tensorboard])."),
+    tensorboard: Optional[bool] = typer.Option(None, "--tensorboard/--no-tensorboard", help="TensorBoard scalars per epoch (needs the optional extra: pip install 'robfair\\[tensorboard]')  \\[default: the study's tracking.tensorboard]"),
     stale_after: float = typer.Option(120.0, help="Seconds without a heartbeat after which a claimed run is taken over."),
 ) -> None:
     """Run a study: expand its grid into runs, skip finished ones, resume interrupted ones, each exactly once."""
@@ -170,13 +170,14 @@ def _check_report_out(out: Path, overwrite: bool) -> None:
 @app.command()
 def compare(
     runs: List[Path] = typer.Argument(..., help="Two or more run folders (or audit.json files); the first is the reference."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the comparison: .md, .csv or .json by suffix."),
+    name: List[str] = typer.Option([], "--name", "-n", help="Name of each run, in order (repeat)  \\[default: the run's folder, or the file name without .json]"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the comparison: .md, .csv or .json by suffix  \\[default: terminal only]"),
     bootstrap: int = typer.Option(2000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for the worst-class and gap differences."),
     alpha: float = typer.Option(0.05, min=0.0, max=1.0, help="Level of the tests."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Bootstrap seed."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
-    """Runs side by side: per-class clean/robust accuracy, differences with intervals, and which are beyond the noise."""
+    """Runs side by side: per-class clean / robust accuracy and boundary error, differences with intervals, and which are beyond the noise."""
     from ..experiments import compare as run_compare
     from ..experiments import load_report
     from ..report.tables import to_markdown
@@ -188,23 +189,25 @@ def compare(
         from ..safeio import check_output_file
 
         out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".md", ".csv", ".json"))
+    if len(name) > len(runs):
+        raise ConfigError(f"{len(name)} --name values for {len(runs)} runs; give at most one name per run, in order")
+    from ..experiments.compare import unique_labels
+    from ..report.text import fit_table
+
     loaded: dict[str, Any] = {}
-    for p in runs:
-        label, rep = load_report(p)
-        base, i = label, 2
-        while label in loaded:
-            label, i = f"{base}#{i}", i + 1
-        loaded[label] = rep
+    for label, p in zip(unique_labels(runs, name), runs):
+        loaded[label] = load_report(p)[1]
     cmp = run_compare(loaded, n_boot=bootstrap, seed=seed, alpha=alpha)
     tables = cmp.tables()
     for t in tables:
         rt = RichTable(title=term(t.title), title_justify="left", show_edge=False, pad_edge=False)
         for i, c in enumerate(t.columns):
             rt.add_column(term(c), justify="left" if i == 0 else "right")
-        for row, em in zip(t.rows, t.emph):
-            rt.add_row(*[f"[bold red]{term(c)}[/bold red]" if e else term(c) for c, e in zip(row, em)])
-        console.print(rt)
-        console.print(f"[dim]{term(t.note)}[/dim]", highlight=False)
+        for row, em, gd in zip(t.rows, t.emph, t.good):
+            rt.add_row(*[f"[bold red]{term(c)}[/bold red]" if e else (f"[bold green]{term(c)}[/bold green]" if g else term(c))
+                         for c, e, g in zip(row, em, gd)])
+        console.print(fit_table(console, rt))
+        console.print(f"[dim]{term(t.note)} Red: worse beyond the noise, green: better.[/dim]", highlight=False)
     if out is not None:
         suffix = out.suffix.lower()
         if suffix == ".json":

@@ -1,4 +1,5 @@
-"""``robfair theory gaussian``: the spec section 4 closed forms next to trained linear models."""
+"""``robfair theory gaussian``: the closed forms of Xu et al. (2021, section 3) next to trained linear models
+(docs/groups-fairness.md, "Theory lab")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..inert import term
 from ..utils import MAX_SEED, parse_eps, parse_number
 from .app import app, console
 
-theory_app = typer.Typer(no_args_is_help=True, help="Exact fixtures from the theory of robust fairness.")
+theory_app = typer.Typer(no_args_is_help=True, help="Exact fixtures from the theory of robust fairness (docs/groups-fairness.md, section 6).")
 app.add_typer(theory_app, name="theory")
 
 
@@ -41,10 +42,11 @@ def gaussian(
     group_scales: str = typer.Option("1", "--group-scales", help="Per-group std multiplier, e.g. 1,1.5."),
     threshold: str = typer.Option("logistic", "--threshold",
                                   help="logistic: the trained bias; 01: bias refit to the empirical 0-1 error."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the rows as JSON here."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the rows as JSON here  \\[default: not written]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
-    """Closed form vs trained vs Monte Carlo on the binary Gaussian mixture of spec section 4."""
+    """Closed form vs trained vs Monte Carlo on the binary Gaussian mixture of Xu et al. (2021); see
+    docs/groups-fairness.md, section 6 "Theory lab"."""
     from ..safeio import check_output_file
     from ..theory import gaussian_lab
 
@@ -79,7 +81,8 @@ def gaussian(
                       f"{_fmt(r[f'{m}_mc'])} [{_fmt(r[f'{m}_mc_lo'])}, {_fmt(r[f'{m}_mc_hi'])}]"]
         t.add_row(*cells)
     console.print(t)
-    console.print("closed form: the optimal natural / robust linear classifier of spec section 4 (exact). "
+    console.print("closed form: the optimal natural / robust linear classifier of Xu et al. (2021), exact "
+                  "(docs/groups-fairness.md, section 6). "
                   "trained: logistic regression (natural) and adversarial training with the exact inner "
                   f"max x - eps*y*sign(w) (robust), bias: {threshold}; exact errors of the trained w, b, and "
                   f"Monte Carlo on {s['n_test']} fresh samples." + (

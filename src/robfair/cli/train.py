@@ -66,38 +66,48 @@ class _TrainBars:
                 f"epoch {epoch + 1:>3}: loss {(record.get('train') or {}).get('loss', float('nan')):.4f}  "
                 f"val clean {100 * val.get('clean_acc', float('nan')):.1f}%  robust {100 * val.get('rob_acc', float('nan')):.1f}%  "
                 f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({term(val.get('worst_group', '-'))})",
-                highlight=False,
+                highlight=False, soft_wrap=True,
             )
+
+
+def _default(field: str, fmt: str = "{}") -> str:
+    """``[default: ...]`` for a train option: the config file's value, else TrainConfig's default."""
+    from ..training.config import TrainConfig
+
+    v = TrainConfig.model_fields[field].default
+    shown = "none" if v is None else (f"{v:.4g}" + (" (8/255)" if abs(v - 8 / 255) < 1e-12 else "") if isinstance(v, float)
+                                      else fmt.format(v))
+    return f"  \\[default: the config file's {field}, else {shown}]"
 
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it."),
-    data: Optional[str] = typer.Option(None, "--data", "-d", help="NAME[:PATH]; the train split is used."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (robfair models)."),
-    method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, ... (robfair methods)."),
-    eps: Optional[str] = typer.Option(None, help="Training radius, e.g. 8/255 or 0.1."),
-    epochs: Optional[int] = typer.Option(None, min=1),
-    batch_size: Optional[int] = typer.Option(None, min=1),
-    lr: Optional[float] = typer.Option(None),
-    seed: Optional[int] = typer.Option(None),
-    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1."),
-    precision: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 autocast."),
-    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it  \\[default: none, flags and defaults only]"),
+    data: Optional[str] = typer.Option(None, "--data", "-d", help="NAME[:PATH]; the train split is used (`robfair datasets`)." + _default("data")),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (`robfair models`)." + _default("model")),
+    method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, frl-rwrm, cfa, ... (README, docs/methods-*.md)." + _default("method")),
+    eps: Optional[str] = typer.Option(None, help="Training radius, e.g. 8/255 or 0.1." + _default("eps")),
+    epochs: Optional[int] = typer.Option(None, min=1, help="Training epochs." + _default("epochs")),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="Batch size." + _default("batch_size")),
+    lr: Optional[float] = typer.Option(None, help="Learning rate." + _default("lr")),
+    seed: Optional[int] = typer.Option(None, help="Seeds data order, initialization and attacks." + _default("seed")),
+    device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1." + _default("device")),
+    precision: Optional[str] = typer.Option(None, help="fp32, bf16 or fp16 autocast." + _default("precision")),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last", help="Channels-last convolutions." + _default("channels_last")),
     init: Optional[str] = typer.Option(None, help="Checkpoint to fine-tune from (same architecture and classes); "
-                                       "the run reuses its validation split (val_split: init)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder."),
+                                       "the run reuses its validation split (val_split: init)." + _default("init")),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder  \\[default: the config file's out; one of the two is required]"),
     resume: bool = typer.Option(False, help="Continue a killed run in --out (its config must be unchanged)."),
-    opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6."),
-    set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300."),
+    opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6  \\[default: the config's method_options, else the method's defaults]"),
+    set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300  \\[default: none]"),
     audit_attack: List[str] = typer.Option(["pgd20"], "--audit-attack", help="Attacks of the final test audit (repeat); 'none' to skip."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute of the data (utkface race/gender/age, "
-                                         "celeba an attribute, imagefolder a groups.csv column); stored in the data spec."),
+                                         "celeba an attribute, imagefolder a groups.csv column); stored in the data spec  \\[default: none, groups are the classes]"),
     fairness: Optional[str] = typer.Option(None, "--fairness", help="fair methods: accuracy-parity, loss-parity or "
-                                           "equal-opportunity (same as --opt fairness=...)."),
-    lam: Optional[float] = typer.Option(None, "--lam", help="fair methods: penalty weight lambda (--opt lam=...)."),
+                                           "equal-opportunity (same as --opt fairness=...)  \\[default: the method's]"),
+    lam: Optional[float] = typer.Option(None, "--lam", help="fair methods: penalty weight lambda (--opt lam=...)  \\[default: the method's]"),
     dual_step: Optional[float] = typer.Option(None, "--dual-step", help="fair methods: dual ascent step per epoch; "
-                                              "0 keeps lambda fixed (--opt dual_step=...)."),
+                                              "0 keeps lambda fixed (--opt dual_step=...)  \\[default: the method's]"),
     allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1 ([0,1] images)."),
 ) -> None:
     """Train a model (standard, PGD-AT, TRADES, fair methods) and audit the selected checkpoint on the test split."""
@@ -143,7 +153,8 @@ def train(
 
     with _progress() as p:
         result = run_training(cfg, callbacks=[_TrainBars(_Bars(p))], final_audit=final_audit)
-    console.print(f"best epoch {result.best_epoch} (score {result.best_score}); run folder {result.out}")
+    score = "-" if result.best_score is None else f"{result.best_score:.4f}"
+    console.print(f"best epoch {result.best_epoch} (selection score {score}); run folder {result.out}")
     if result.audit is not None:
         from ..report.text import print_audit
 

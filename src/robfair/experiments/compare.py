@@ -14,7 +14,8 @@ percentile interval of the difference; beyond when it excludes 0.
 
 Both runs are usually audited on the *same* test samples, so outcomes are paired; the tests above
 treat them as independent, which is conservative when the models agree more than chance (the usual
-case). Per-sample outcomes (for McNemar) are not stored in audit.json.
+case). Boundary error (clean-correct but attacked, FRL's quantity) is compared the same way; for
+it and for gaps lower is better. Per-sample outcomes (for McNemar) are not stored in audit.json.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,10 @@ from ..errors import RobfairError
 from ..metrics import wilson
 from ..report.tables import Table, pct
 
-RATES = (("clean_acc", "clean"), ("rob_acc", "robust"))
+RATES = (("clean_acc", "clean"), ("rob_acc", "robust"), ("bndy_err", "boundary error"))
+#: metrics where lower is better (a negative difference is an improvement)
+LOWER_IS_BETTER = {"bndy_err"}
+_SHORT = {"clean_acc": "clean", "rob_acc": "robust", "bndy_err": "bndy err"}
 
 
 def two_proportion_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
@@ -73,9 +77,11 @@ def holm(pvalues: list[float]) -> list[float]:
 
 
 def _counts(rep: Any, rate: str) -> tuple[np.ndarray, np.ndarray]:
-    """(successes, n) per group of clean or robust accuracy."""
+    """(events, n) per group of clean accuracy, robust accuracy or boundary error (clean-correct but
+    attacked: c and not a)."""
     n, c, ca, _ = rep.counts.summed(1)
-    return (c if rate == "clean_acc" else ca).astype(np.int64), n.astype(np.int64)
+    k = {"clean_acc": c, "rob_acc": ca, "bndy_err": c - ca}[rate]
+    return k.astype(np.int64), n.astype(np.int64)
 
 
 def _boot(rep: Any, n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -85,7 +91,8 @@ def _boot(rep: Any, n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarr
     keep = ng > 0
     cats, ng = cats[keep], ng[keep]
     draws = rng.multinomial(ng, cats / ng[:, None], size=(n_boot, ng.size))  # (B, G, 4): 11, 10, 01, 00
-    return {"clean_acc": (draws[..., 0] + draws[..., 1]) / ng, "rob_acc": draws[..., 0] / ng}
+    return {"clean_acc": (draws[..., 0] + draws[..., 1]) / ng, "rob_acc": draws[..., 0] / ng,
+            "bndy_err": draws[..., 1] / ng}
 
 
 @dataclass
@@ -104,13 +111,13 @@ class Comparison:
         classes = list(dict.fromkeys(pc["class"]))
         cols = ["class"]
         for lab in self.labels:
-            cols += [f"{lab} clean", f"{lab} robust"]
+            cols += [f"{lab} {_SHORT[m]}" for m, _ in RATES]
         for lab in self.labels[1:]:
-            cols += [f"Δ clean {lab}", f"Δ robust {lab}"]
-        rows, emph = [], []
+            cols += [f"Δ {_SHORT[m]} {lab}" for m, _ in RATES]
+        rows, emph, good = [], [], []
         for cname in classes:
             sub = pc[pc["class"] == cname]
-            row, em = [str(cname)], [False]
+            row, em, gd = [str(cname)], [False], [False]
             first = sub[sub["run"] == self.labels[1]]
             for lab in self.labels:
                 if lab == ref:
@@ -118,33 +125,43 @@ class Comparison:
                 else:
                     s = sub[sub["run"] == lab]
                     vals = {m: s[s["metric"] == m]["value"].iloc[0] for m, _ in RATES}
-                row += [pct(vals["clean_acc"]), pct(vals["rob_acc"])]
-                em += [False, False]
+                row += [pct(vals[m]) for m, _ in RATES]
+                em += [False] * len(RATES)
+                gd += [False] * len(RATES)
             for lab in self.labels[1:]:
                 s = sub[sub["run"] == lab]
                 for m, _ in RATES:
                     r = s[s["metric"] == m].iloc[0]
                     row.append(f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]"
                                + (" *" if r["beyond"] else ""))
-                    em.append(bool(r["beyond"]))
+                    better = (r["diff"] < 0) if m in LOWER_IS_BETTER else (r["diff"] > 0)
+                    em.append(bool(r["beyond"]) and not better)
+                    gd.append(bool(r["beyond"]) and better)
             rows.append(row)
             emph.append(em)
+            good.append(gd)
         out.append(Table("compare-classes", f"Per class, each run vs {ref}", cols, rows, self.per_class,
                          f"Percent. Δ = run - {ref} with 95% Newcombe interval; * = beyond the intervals "
-                         f"(two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}).", emph))
+                         f"(two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}). Boundary error "
+                         "(bndy err) = clean-correct but attacked; lower is better, so a negative Δ is an improvement.",
+                         emph, good))
         ag = self.aggregates
         rows = []
-        emph = []
+        emph, good = [], []
         for _, r in ag.iterrows():
             rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]),
                          f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]",
                          f"{r['p']:.3g}", "yes" if r["beyond"] else "no", r["test"]])
-            emph.append([False] * 6 + [bool(r["beyond"]), False])
+            lower = r["statistic"].startswith("boundary error") or r["statistic"].endswith(" gap")
+            better = (r["diff"] < 0) if lower else (r["diff"] > 0)
+            emph.append([False] * 6 + [bool(r["beyond"]) and not better, False])
+            good.append([False] * 6 + [bool(r["beyond"]) and better, False])
         out.append(Table("compare-aggregates", f"Averages, worst class and gap vs {ref}",
                          ["run", "statistic", ref, "run value", "difference [95% CI]", "p", "beyond", "test"], rows,
                          self.aggregates, f"Percent. Averages: z-test and Newcombe interval; worst class and gap: "
                                           f"percentile interval of {self.n_boot} independent stratified bootstrap "
-                                          "replicates of both runs (p: twice the smaller tail share).", emph))
+                                          "replicates of both runs (p: twice the smaller tail share). Boundary "
+                                          "error and gaps: lower is better.", emph, good))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -193,8 +210,13 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
         if n_boot:
             boot = _boot(rep, n_boot, rng)
             a_ref, a = ref.aggregates(), rep.aggregates()
-            for metric, stat in (("rob_acc", "worst"), ("rob_acc", "gap"), ("clean_acc", "worst")):
-                f = (lambda x: x.min(1)) if stat == "worst" else (lambda x: np.ptp(x, axis=1))
+            for metric, stat in (("rob_acc", "worst"), ("rob_acc", "gap"), ("clean_acc", "worst"), ("bndy_err", "worst")):
+                if stat == "gap":
+                    f = lambda x: np.ptp(x, axis=1)  # noqa: E731
+                elif metric in LOWER_IS_BETTER:
+                    f = lambda x: x.max(1)  # noqa: E731  the worst boundary error is the largest
+                else:
+                    f = lambda x: x.min(1)  # noqa: E731
                 d = f(boot[metric]) - f(boot_ref[metric])
                 lo, hi = np.quantile(d, [0.025, 0.975])
                 p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
@@ -205,16 +227,44 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
     return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot)
 
 
+def run_label(path: str | Path) -> str:
+    """The name a run goes by: its folder (a run folder, or the folder of an ``audit.json``), else the
+    file's name without ``.json``."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p.resolve().name
+    return p.resolve().parent.name if p.name == "audit.json" else p.stem
+
+
+def unique_labels(paths: Sequence[str | Path], names: Sequence[str] = ()) -> list[str]:
+    """One label per path: ``names`` where given (``--name``), else :func:`run_label`; a label
+    already taken gets the folder above it in front (``b/audit_10k_best``), then ``#2``..."""
+    out: list[str] = []
+    for i, p in enumerate(paths):
+        if i < len(names) and names[i]:
+            label = str(names[i])
+        else:
+            label = run_label(p)
+            if label in out:
+                q = Path(p).expanduser().resolve()
+                folder = q if q.is_dir() else q.parent
+                up = folder.parent if folder.name == label else folder
+                label = f"{up.name}/{label}"
+        base, k = label, 2
+        while label in out:
+            label, k = f"{base}#{k}", k + 1
+        out.append(label)
+    return out
+
+
 def load_report(path: str | Path) -> tuple[str, Any]:
     """(label, AuditReport) from a run folder or an audit.json file."""
     from .runfolder import read_audit
 
     p = Path(path).expanduser()
+    label = run_label(p)
     if p.is_dir():
-        label = p.name
         p = p / "audit.json"
-    else:
-        label = p.parent.name if p.name == "audit.json" else p.stem
     if not p.exists():
         raise RobfairError(f"{p} does not exist; pass a finished run folder (with audit.json) or an audit.json file")
     try:

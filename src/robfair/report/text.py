@@ -139,3 +139,24 @@ def print_demo(console: Console, result) -> None:
     for line in result.summary_lines:
         console.print(term(line))
     console.print(f"\nwrote {result.out}/ (checkpoints, audit.json, {result.plot.name})")
+
+
+def fit_table(console: Console, table: Table, *, key_columns: int = 1) -> Table:
+    """``table`` when it fits the console's width, else the same cells in long format -- one row per
+    (row, column), the first ``key_columns`` repeated -- so nothing wraps over several lines."""
+    from rich.measure import Measurement
+
+    if Measurement.get(console, console.options.update_width(10**5), table).maximum <= console.width:
+        return table
+    headers = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    title = f"{table.title or ''} (long format: wider than the terminal's {console.width} columns)".strip()
+    out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for h in headers[:key_columns]:
+        out.add_column(h)
+    out.add_column("column")
+    out.add_column("value", justify="right")
+    for r in range(table.row_count):
+        for j in range(key_columns, len(headers)):
+            out.add_row(*[cells[k][r] for k in range(key_columns)], headers[j], cells[j][r])
+    return out
