@@ -1,7 +1,11 @@
 import pytest
 
 from robfair.errors import ConfigError
+from pathlib import Path
+
 from robfair.training import TrainConfig, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_unknown_key_is_rejected_by_name():
@@ -35,8 +39,50 @@ def test_cross_field_checks():
     with pytest.raises(ConfigError, match="warmup_epochs"):
         TrainConfig(epochs=2, warmup_epochs=2)
     with pytest.raises(ConfigError, match="needs a validation split"):
-        TrainConfig(val_per_class=0)
+        TrainConfig(val_per_class=0, select="avg+worst")
     TrainConfig(val_per_class=0, select="last")  # fine
+    assert TrainConfig(val_per_class=0).select == "last"  # the default follows: nothing to select on
+    with pytest.raises(ConfigError, match="eps_warmup"):
+        TrainConfig(epochs=2, eps_warmup=3)
+
+
+def test_select_defaults_follow_the_method():
+    assert TrainConfig(method="standard").select == "clean"
+    assert TrainConfig(method="fair-constraint").select == "clean"
+    assert TrainConfig(method="pgd-at").select == "avg+worst"
+    assert TrainConfig(method="trades", val_attack="none").select == "clean"  # no robust accuracy measured
+    assert TrainConfig(method="standard", select="avg-rob").select == "avg-rob"  # explicit wins
+
+
+def test_milestones_as_fractions_and_rescaled_when_epochs_change(tmp_path):
+    c = TrainConfig(epochs=20, milestones=[0.75, 0.9])
+    assert c.resolved_milestones() == pytest.approx([15, 18])
+    assert TrainConfig(epochs=4, milestones=[0.75, 0.9]).resolved_milestones() == pytest.approx([3, 3.6])
+    with pytest.raises(ConfigError, match="fractions of the run"):
+        TrainConfig(epochs=10, milestones=[0.9, 0.5])
+    # a config with epoch counts keeps their place in the run when --epochs overrides it
+    p = tmp_path / "c.yaml"
+    p.write_text("epochs: 20\nmilestones: [15, 18]\n")
+    assert load_config(p, epochs=4).resolved_milestones() == pytest.approx([3, 3.6])
+    assert load_config(p, epochs=40).resolved_milestones() == pytest.approx([30, 36])
+    assert load_config(p, epochs=1).resolved_milestones() == pytest.approx([0.75, 0.9])
+    assert load_config(p, epochs=4, milestones=[1, 2]).resolved_milestones() == [1, 2]  # explicit wins
+    assert load_config(p).resolved_milestones() == [15, 18]
+
+
+#: shipped configs that set an option to show it (not a default): method -> options
+EXAMPLE_OPTIONS = {"at-class-eps": {"eps"}, "at-ldam": {"drw_epoch"}}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_method_defaults_equal_the_shipped_configs(path):
+    """`--method NAME` without a config trains what configs/NAME.yaml trains (method options)."""
+    cfg = load_config(path)
+    plain = TrainConfig(method=cfg.method)
+    skip = EXAMPLE_OPTIONS.get(cfg.method, set())
+    diff = {k: (v, plain.method_options.get(k)) for k, v in cfg.method_options.items()
+            if k not in skip and plain.method_options.get(k) != v}
+    assert diff == {}
 
 
 def test_resolution_and_eps_parsing():

@@ -50,6 +50,7 @@ class _TrainBars:
 
     def on_train_start(self, trainer: Any) -> None:
         self.epochs = trainer.cfg.epochs
+        self.cfg = trainer.cfg
         self.bars("epochs", getattr(trainer, "start_epoch", 0), self.epochs)
 
     def on_batch(self, epoch: int, batch: int, num_batches: int) -> None:
@@ -60,14 +61,31 @@ class _TrainBars:
 
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
         self.bars("epochs", epoch + 1, self.epochs)
-        val = (record.get("val") or {}).get("summary") or {}
-        if val:
-            console.print(
-                f"epoch {epoch + 1:>3}: loss {(record.get('train') or {}).get('loss', float('nan')):.4f}  "
-                f"val clean {100 * val.get('clean_acc', float('nan')):.1f}%  robust {100 * val.get('rob_acc', float('nan')):.1f}%  "
-                f"worst-class robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({term(val.get('worst_group', '-'))})",
-                highlight=False, soft_wrap=True,
-            )
+        console.print(epoch_line(epoch, record, getattr(self, "cfg", None)), highlight=False, soft_wrap=True)
+
+
+def epoch_line(epoch: int, record: dict[str, Any], cfg: Any) -> str:
+    """One line per epoch that names what was measured: the training loss of the method (and its eps
+    while it ramps up), the validation split's size, clean accuracy and, only when there is a validation
+    attack, robust accuracy under that attack and radius."""
+    tr = record.get("train") or {}
+    parts = [f"epoch {epoch + 1:>3}: {getattr(cfg, 'method', 'train')} loss {tr.get('loss', float('nan')):.4f}"]
+    if tr.get("eps"):
+        parts.append(f"train eps {tr['eps'][-1]:.4g}")
+    val = (record.get("val") or {}).get("summary") or {}
+    if val:
+        attack = str(getattr(cfg, "val_attack", "none"))
+        v = f"val (n={val.get('n')}) clean {100 * val.get('clean_acc', float('nan')):.1f}%"
+        if attack.lower() != "none" and getattr(cfg, "eps", 0):
+            v += (f", {attack} eps {cfg.eps:g} robust {100 * val.get('rob_acc', float('nan')):.1f}%, worst-class "
+                  f"robust {100 * val.get('worst_rob_acc', float('nan')):.1f}% ({term(val.get('worst_group', '-'))})")
+        else:
+            v += " (no validation attack: val_attack none)"
+        parts.append(v)
+    sel = record.get("select") or {}
+    if sel.get("is_best"):
+        parts.append(f"best by {sel.get('criterion')}")
+    return "  ".join(parts)
 
 
 def _default(field: str, fmt: str = "{}") -> str:
@@ -159,3 +177,42 @@ def train(
         from ..report.text import print_audit
 
         print_audit(console, result.audit, title=f"test audit of {result.best_path}, eps={cfg.eps:g}")
+
+
+@app.command()
+def methods(name: Optional[str] = typer.Argument(None, help="A method (or alias) to describe in full.")) -> None:
+    """List the training methods, or one method's options, defaults and the source of each mode."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..training.methods import describe_method, describe_methods
+
+    if name is None:
+        table = Table(title="training methods  (--method NAME; robfair methods NAME for its options)",
+                      title_justify="left")
+        for col in ("method", "aliases", "attack", "select", "description"):
+            table.add_column(col)
+        for row in describe_methods():
+            table.add_row(*[escape(str(row[c])) for c in ("method", "aliases", "attack", "select", "description")])
+        console.print(table)
+        return
+    d = describe_method(name)
+    alias = f"  (aliases: {', '.join(d['aliases'])})" if d["aliases"] else ""
+    console.print(f"[bold]{escape(d['name'])}[/bold]{escape(alias)}: {escape(d['help'])}", highlight=False)
+    console.print(f"default training attack: {d['default_attack'] or 'none'};  default select: {d['default_select']}",
+                  highlight=False)
+    if d["options"]:
+        table = Table(title="method_options  (--opt KEY=VALUE)", title_justify="left")
+        for col in ("option", "default", "type", "description"):
+            table.add_column(col)
+        for o in d["options"]:
+            table.add_row(escape(o["option"]), escape(repr(o["default"])), escape(o["type"]), escape(o["description"]))
+        console.print(table)
+    if d["sources"]:
+        table = Table(title="sources (paper = the paper's equations; official = the official code at a commit)",
+                      title_justify="left")
+        table.add_column("method / mode")
+        table.add_column("source")
+        for k, v in d["sources"].items():
+            table.add_row(escape(k), escape(v))
+        console.print(table)

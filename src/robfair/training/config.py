@@ -11,6 +11,7 @@ Unknown keys and bad values raise a one-line :class:`~robfair.errors.ConfigError
 from __future__ import annotations
 
 import difflib
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, RobfairError
 from ..utils import parse_eps
+
+log = logging.getLogger(__name__)
 
 #: keys that may change when a run is resumed (they do not change what is computed)
 RESUME_FREE_KEYS = ("resume", "device", "out")
@@ -51,7 +54,8 @@ class TrainConfig(BaseModel):
     nesterov: bool = False
     schedule: Literal["piecewise", "cosine", "constant"] = "piecewise"
     milestones: list[float] | None = Field(
-        None, description="piecewise: epochs at which lr *= gamma (default: 50% and 75% of epochs)")
+        None, description="piecewise: epochs at which lr *= gamma; values below 1 are fractions of the run "
+                          "(default: 0.5 and 0.75 of epochs)")
     gamma: float = Field(0.1, gt=0, le=1)
     warmup_epochs: float = Field(0, ge=0, description="linear warm-up from lr/100, in epochs")
     ema: float | None = Field(None, gt=0, lt=1, description="EMA decay of the weights (e.g. 0.999); None: off")
@@ -63,6 +67,8 @@ class TrainConfig(BaseModel):
 
     # --- threat model
     eps: float = Field(8 / 255, description="training radius (and validation radius); '8/255' allowed")
+    eps_warmup: float = Field(0, ge=0, description="ramp the training radius linearly from 0 to eps over this many "
+                                                   "epochs (per step; validation stays at eps); 0: off")
     attack: str | None = Field(None, description="training attack; None: the method's default")
     attack_options: dict[str, Any] = Field(
         default_factory=dict, description="overrides for the training attack (e.g. steps); step default eps/4")
@@ -73,7 +79,10 @@ class TrainConfig(BaseModel):
     val_attack: str = Field("pgd10", description="validation attack, or 'none' for clean only")
     val_attack_options: dict[str, Any] = Field(default_factory=dict)
     val_batch_size: int | None = Field(None, ge=1, description="default: batch_size")
-    select: Select = Field("avg+worst", description="best.pt criterion on validation")
+    select: Select | None = Field(
+        None, description="best.pt criterion on validation; None: the method's (clean for standard training "
+                          "and other methods without a training attack, avg+worst otherwise; last without "
+                          "a validation split)")
     val_split: Literal["init", "seed"] = Field(
         "init", description="with init: reuse the init run's recorded validation split (init), or draw one from "
                             "seed / val_per_class (seed; refused if it holds the init run's training samples)")
@@ -136,11 +145,19 @@ class TrainConfig(BaseModel):
                 if "target rule" in str(e):
                     raise ConfigError(f"attack: {e}") from None
                 # an unknown name is reported where the attack is built, with the list of names
+        if self.select is None:
+            no_robust = method.default_attack is None or str(self.val_attack).lower() == "none"
+            self.select = ("last" if self.val_per_class == 0 else
+                           method.default_select or ("clean" if no_robust else "avg+worst"))
         if self.milestones is not None and self.schedule == "piecewise":
-            bad = [m for m in self.milestones if not 0 < m <= self.epochs]
-            if bad or list(self.milestones) != sorted(self.milestones):
-                raise ConfigError(f"milestones {self.milestones} must be increasing epochs in (0, {self.epochs}]; "
-                                  "fix milestones or epochs")
+            res = self.resolved_milestones()
+            bad = [m for m in self.milestones if not m > 0] + [m for m in res if not 0 < m <= self.epochs]
+            if bad or res != sorted(res):
+                raise ConfigError(f"milestones {self.milestones} must be increasing epochs in (0, {self.epochs}] "
+                                  "(or fractions of the run below 1, e.g. [0.5, 0.75]); fix milestones or epochs")
+        if self.eps_warmup > self.epochs:
+            raise ConfigError(f"eps_warmup ({self.eps_warmup:g}) is longer than the run ({self.epochs} epochs); "
+                              "lower eps_warmup")
         if self.warmup_epochs >= self.epochs:
             raise ConfigError(f"warmup_epochs ({self.warmup_epochs:g}) must be below epochs ({self.epochs}); "
                               "lower warmup_epochs")
@@ -151,8 +168,9 @@ class TrainConfig(BaseModel):
 
     # ------------------------------------------------------------------ derived values
     def resolved_milestones(self) -> list[float]:
+        """The milestones in epochs (fractions below 1 times ``epochs``)."""
         if self.milestones is not None:
-            return list(self.milestones)
+            return [m * self.epochs if m < 1 else float(m) for m in self.milestones]
         return [0.5 * self.epochs, 0.75 * self.epochs]
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,5 +228,24 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
     """Read a YAML config (a run folder's config.yaml works too), apply ``overrides``, validate."""
     data: dict[str, Any] = load_config_dict(path) if path is not None else {}
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    rescale_milestones(data, given)
+    data.update(given)
     return TrainConfig(**data)
+
+
+def rescale_milestones(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """When ``overrides`` change a config's ``epochs`` but not its ``milestones``, milestones given as
+    epoch counts keep their place in the run (``[15, 18]`` of 20 epochs -> ``[3, 3.6]`` of 4); fractions
+    (values below 1) need no change. Edits ``data`` in place and logs what it did."""
+    ms, old, new = data.get("milestones"), data.get("epochs"), overrides.get("epochs")
+    if not ms or new is None or old is None or "milestones" in overrides or new == old:
+        return
+    try:
+        # epoch counts keep their share of the run; one that lands below 1 epoch is written as that share
+        scaled = [m if m < 1 else (m * float(new) / float(old) if m * float(new) / float(old) >= 1
+                                   else m / float(old)) for m in ms]
+    except TypeError:
+        return  # not numbers: validation names the problem
+    log.info("epochs %s -> %s: milestones %s rescaled to %s", old, new, ms, scaled)
+    data["milestones"] = scaled

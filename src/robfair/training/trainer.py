@@ -231,16 +231,20 @@ def run_info(device: torch.device, world_size: int) -> dict[str, Any]:
 class _DeviceAttack:
     """The configured attack, called on the DDP-unwrapped model (attacks need no gradient sync)."""
 
-    def __init__(self, attack: Any) -> None:
+    def __init__(self, attack: Any, scale: Callable[[], float] | None = None) -> None:
         self.attack = attack
         self.name = getattr(attack, "name", str(attack))
+        self.scale = scale  # the eps warm-up factor in (0, 1] (training attacks), None: 1
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: Any, **kw: Any) -> torch.Tensor:
-        return self.attack(D.unwrap(model), x, y, eps, **kw)
+        s = 1.0 if self.scale is None else self.scale()
+        return self.attack(D.unwrap(model), x, y, eps if s == 1.0 else eps * s, **kw)
 
 
-def build_attack(name: str | None, options: dict[str, Any], *, train: bool) -> _DeviceAttack | None:
-    """``get_attack(name, **options)``; training attacks return the last iterate (``keep="last"``)."""
+def build_attack(name: str | None, options: dict[str, Any], *, train: bool,
+                 scale: Callable[[], float] | None = None) -> _DeviceAttack | None:
+    """``get_attack(name, **options)``; training attacks return the last iterate (``keep="last"``).
+    ``scale``: a callable giving the factor every radius is multiplied by (the eps warm-up)."""
     if name is None or name.lower() == "none":
         return None
     import inspect
@@ -256,7 +260,7 @@ def build_attack(name: str | None, options: dict[str, Any], *, train: bool) -> _
     if train and "keep" in inspect.signature(ATTACKS.get(parse_attack_name(name)[0])).parameters:
         opts.setdefault("keep", "last")
     attack = get_attack(name, **opts)
-    return _DeviceAttack(attack)
+    return _DeviceAttack(attack, scale)
 
 
 # ================================================================================ the trainer
@@ -302,7 +306,8 @@ class Trainer:
         if val is not None:
             shard = torch.arange(self.dist.rank, len(val), self.dist.world_size)
             self.val_ds = _place(val.subset(shard) if self.dist.enabled else val, self.device)
-        self.train_attack = build_attack(cfg.attack, cfg.attack_options, train=True)
+        self._eps_scale = 1.0  # eps warm-up factor of the current step (cfg.eps_warmup)
+        self.train_attack = build_attack(cfg.attack, cfg.attack_options, train=True, scale=self._get_eps_scale)
         self.val_attack = build_attack(cfg.val_attack, cfg.val_attack_options, train=False)
 
         # --- optimization
@@ -325,7 +330,8 @@ class Trainer:
                                 class_names=self.class_names, eps=cfg.eps, attack=self.train_attack,
                                 epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size,
                                 all_reduce=lambda t: D.all_reduce_sum(t, self.dist), unwrap=D.unwrap,
-                                attack_factory=lambda name, opts: build_attack(name, opts, train=True),
+                                attack_factory=lambda name, opts: build_attack(name, opts, train=True,
+                                                                               scale=self._get_eps_scale),
                                 val_batches=None if self.val_ds is None else
                                 lambda bs: self.val_ds.batches(bs, device=self.device))
         self.ctx.model = self._trainer_eval_model
@@ -338,6 +344,16 @@ class Trainer:
         self.best_score: float | None = None
         self.history: list[dict[str, Any]] = []
         self._best_state: dict[str, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ eps warm-up
+    def _get_eps_scale(self) -> float:
+        return self._eps_scale
+
+    def eps_warmup_scale(self, step: int) -> float:
+        """The factor on every training radius at optimizer step ``step`` (0-based): a linear ramp
+        ``(step + 1) / (eps_warmup * steps_per_epoch)`` up to 1 (1 throughout without ``eps_warmup``)."""
+        warm = self.cfg.eps_warmup * self.steps_per_epoch
+        return 1.0 if warm <= 0 else min(1.0, (step + 1) / warm)
 
     # ------------------------------------------------------------------ construction helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -579,7 +595,10 @@ class Trainer:
         loss_sum = torch.zeros((), device=dev, dtype=acc_dtype)
         correct = torch.zeros(K, device=dev, dtype=acc_dtype)
         seen = torch.zeros(K, device=dev, dtype=acc_dtype)
+        eps_first = None
         for b, idx in enumerate(batches):
+            self._eps_scale = self.eps_warmup_scale(self.step)
+            eps_first = self._eps_scale if eps_first is None else eps_first
             x, y, g = _fetch(self.train_ds, idx, dev)
             if cfg.augment == "crop-flip":
                 x = random_crop_flip(x, cfg.crop_padding, aug_gen)
@@ -611,7 +630,10 @@ class Trainer:
                               "add warmup_epochs or use precision fp32")
         ctx.train_class_acc = torch.where(seen > 0, correct / seen.clamp_min(1), torch.nan).float()
         acc = float(correct.sum() / seen.sum()) if float(seen.sum()) > 0 else None
-        return {"loss": mean_loss, "acc": acc, "n": int(n), "lr": lr}
+        out = {"loss": mean_loss, "acc": acc, "n": int(n), "lr": lr}
+        if cfg.eps_warmup > 0:  # the training radius ramp: eps at the epoch's first and last step
+            out["eps"] = [cfg.eps * (eps_first or 1.0), cfg.eps * self._eps_scale]
+        return out
 
     def _autocast(self) -> torch.autocast:
         """Mixed precision per ``cfg.precision`` (a no-op for fp32)."""

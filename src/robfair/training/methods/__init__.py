@@ -7,7 +7,7 @@ decorated with ``@METHODS.register("name")``.
 import importlib
 import pkgutil
 
-from .base import METHODS, Method, TrainContext, build_method
+from .base import METHODS, Method, TrainContext, build_method, describe_method, describe_methods
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _m != "base" and not _m.startswith("_"):
@@ -17,4 +17,4 @@ from .pgd_at import PGDAT  # noqa: E402
 from .standard import Standard  # noqa: E402
 from .trades import TRADES  # noqa: E402
 
-__all__ = ["METHODS", "Method", "TrainContext", "build_method", "Standard", "PGDAT", "TRADES"]
+__all__ = ["METHODS", "Method", "TrainContext", "build_method", "describe_method", "describe_methods", "Standard", "PGDAT", "TRADES"]

@@ -114,6 +114,11 @@ class Method:
     name: ClassVar[str] = "base"
     #: training attack used when the config's ``attack`` is empty; None: the method attacks nothing.
     default_attack: ClassVar[str | None] = None
+    #: the config's ``select`` when it is empty; None: ``clean`` without a training attack, else ``avg+worst``
+    default_select: ClassVar[str | None] = None
+    #: where the method and each of its modes come from (``robfair methods NAME`` shows them):
+    #: ``"method"`` -> the paper; ``"option=value"`` -> paper equations / official repository at a commit
+    sources: ClassVar[dict[str, str]] = {}
 
     def __init__(self, options: "Method.Options | dict[str, Any] | None" = None, ctx: TrainContext | None = None):
         self.options = self.parse_options(options)
@@ -209,3 +214,34 @@ def build_method(name: str, options: "Method.Options | dict[str, Any] | None" = 
     """The registered method ``name`` with validated ``options`` (ConfigError when unknown or bad)."""
     cls = METHODS.get(name)
     return cls(options)
+
+
+def describe_method(name: str) -> dict[str, Any]:
+    """What ``robfair methods NAME`` shows: the canonical name, aliases, one-line help, docstring, the
+    default training attack and selection, every option (type, default, description) and the source of
+    the method and of each mode."""
+    entry = METHODS.entry(name)
+    cls = entry.obj
+    method = cls()
+    opts = []
+    for key, f in cls.Options.model_fields.items():
+        ann = f.annotation
+        typ = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
+        opts.append({"option": key, "default": getattr(method.options, key), "type": typ,
+                     "description": f.description or ""})
+    doc = (cls.__doc__ or "").strip()
+    mod = __import__(cls.__module__, fromlist=["_"])
+    return {"name": entry.name, "aliases": list(entry.aliases), "help": entry.help, "doc": doc,
+            "module_doc": (mod.__doc__ or "").strip(), "default_attack": method.default_attack,
+            "default_select": cls.default_select or ("clean" if method.default_attack is None else "avg+worst"),
+            "options": opts, "sources": dict(cls.sources)}
+
+
+def describe_methods() -> list[dict[str, Any]]:
+    """One row per registered method: name, aliases, default training attack, default selection, help."""
+    rows = []
+    for entry in METHODS:
+        d = describe_method(entry.name)
+        rows.append({"method": d["name"], "aliases": ", ".join(d["aliases"]), "attack": d["default_attack"] or "-",
+                     "select": d["default_select"], "description": d["help"]})
+    return rows

@@ -22,7 +22,7 @@ official PGD-AT base, whose attack runs inside ``model.train()``; the TRADES att
 switches to eval); ``attack_step`` (e.g. 2/255) uses one absolute step for every class radius, as the
 official code, instead of ``rel_step * eps_k``.
 
-Calibration starts at ``calibrate_from`` (the official code's ``--begin``, default 10): epochs with
+Calibration starts at ``calibrate_from`` (the official code's ``--begin``, 10 of 200 epochs: default 0.05): epochs with
 a smaller index use the global eps and beta. Epoch options below 1 are fractions of the run
 (``fawa_from: 0.5`` starts the average half-way), so short runs scale.
 """
@@ -81,12 +81,13 @@ class CFA(Method):
         attack_step: float | None = Field(
             None, gt=0, description="one absolute attack step for every class radius (official: 2/255); "
                                     "None: rel_step * eps_k")
-        calibrate_from: float = Field(10, ge=0, description="first epoch (0-based) calibrated; < 1: fraction")
+        calibrate_from: float = Field(0.05, ge=0, description="first epoch (0-based) calibrated; < 1: a fraction of "
+                                                              "the run (0.05: the official --begin 10 of 200)")
         fawa: bool = Field(True, description="fairness-aware weight average, used for best.pt and the audit")
         fawa_decay: float = Field(0.85, ge=0, lt=1)
         fawa_threshold: float = Field(0.2, ge=0, le=1, description="min class val robust acc to average an epoch")
-        fawa_from: float = Field(50, ge=0, description="first epoch (0-based) that may enter the average; "
-                                                       "< 1: fraction")
+        fawa_from: float = Field(0.25, ge=0, description="first epoch (0-based) that may enter the average; "
+                                                         "< 1: a fraction of the run (0.25: 50 of 200)")
 
         @field_validator("attack_step", mode="before")
         @classmethod
@@ -100,6 +101,12 @@ class CFA(Method):
             return self
 
     name = "cfa"
+    sources = {"method": "Wei, Wang, Guo, Wang, CVPR 2023 (CFA)",
+               "ccr_form=paper": "eq. 8: (CE + beta_y KL) / (1 + beta_y)",
+               "ccr_form=official": "PKU-ML/CFA@071f3334a59d144cedbe65b18019c9757bece6f2 attack.py: (1-b) CE + b KL",
+               "ccr_form=unnormalized": "robfair's earlier form (CE + beta_y KL), not the paper's",
+               "attack_model_mode=train": "PKU-ML/CFA@071f333 train.py: the PGD-AT base attacks in train mode",
+               "attack_step": "PKU-ML/CFA@071f333: a fixed 2/255 step for every class radius"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
         super().__init__(options, ctx)

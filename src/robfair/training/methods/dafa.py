@@ -1,6 +1,6 @@
 """DAFA (Lee et al., ICLR 2024): distance-aware fair adversarial training.
 
-The first ``warmup`` epochs (tau = 70) are plain TRADES (or PGD-AT). During the last warm-up epoch
+The first ``warmup`` epochs (tau = 70 of 110; default 0.64 of the run) are plain TRADES (or PGD-AT). During the last warm-up epoch
 the method accumulates, from the adversarial logits it computes anyway, the class similarity
 
     p_i(j) = mean softmax probability of class j over the adversarial training examples of class i
@@ -66,13 +66,18 @@ class DAFA(Method):
         base: Literal["trades", "pgd-at"] = Field("trades", description="the adversarial training DAFA reweights")
         beta: float = Field(6.0, ge=0, description="TRADES beta (trades base)")
         lam: float = Field(1.0, ge=0, description="DAFA's lambda: the scale of the weight shifts")
-        warmup: float = Field(70, ge=0, description="epochs before the weights are set (tau); < 1: a fraction")
+        warmup: float = Field(0.64, ge=0, description="epochs before the weights are set (tau); < 1: a fraction "
+                                                      "of the run (0.64: the official 70 of 110)")
         rule: Literal["paper", "official", "official-2024-02"] = Field(
             "paper", description="the else-branch: paper = official HEAD (c60ba83): -lam p_j(i) p_i(i); "
                                  "official-2024-02 (before the 2024-09 fix): -lam p_i(j) p_j(j)")
         min_weight: float = Field(0.0, ge=0, description="lower clip of the weights")
 
     name = "dafa"
+    sources = {"method": "Lee, Lee, Park, ICLR 2024 (DAFA), eq. 9 and Algorithm 1",
+               "rule=paper": "the paper's weight update (zero-sum over class pairs)",
+               "rule=official": "official code at HEAD rucy74/DAFA@c60ba8352d712c6108480a2ce7e7fa7abf30b48a (= paper)",
+               "rule=official-2024-02": "rucy74/DAFA@4a7f87e7 before the 2024-09-02 fix 74657cd"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
         super().__init__(options, ctx)

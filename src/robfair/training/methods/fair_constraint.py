@@ -66,6 +66,7 @@ class FairConstraint(Method):
         positive: int = Field(1, ge=0, description="equal-opportunity: the positive class id")
 
     name = "fair-constraint"
+    sources = {"method": "Tran, Fioretto, Van Hentenryck 2022: Lagrangian fairness constraints (dual ascent)"}
     default_attack = None
     #: validation rate whose parity the dual step uses
     val_rate = "clean_acc"
@@ -267,6 +268,7 @@ class FairAdversarial(FairConstraint):
         beta: float = Field(6.0, ge=0, description="TRADES weight of the KL term (inner: trades)")
 
     name = "fair-adversarial"
+    sources = {"method": "Tran et al. 2022: the fairness constraint on adversarial examples"}
     default_attack = "pgd10"
     val_rate = "rob_acc"
 

@@ -139,6 +139,11 @@ class FRL(TRADES):
             return self
 
     name: ClassVar[str] = "frl"
+    sources: ClassVar[dict[str, str]] = {
+        "method": "Xu, Liu, Li, Jain, Tang, ICML 2021 (To be Robust or to be Fair)",
+        "mode=official": "official code at HEAD, hannxu123/fair_robust@a80547def881cb4ca99b50e7544f997f9a0210a7",
+        "mode=official-2021": "the first official code, hannxu123/fair_robust@18d11779da18a93e2c6a5cefa3b709b5e9845948",
+        "mode=paper": "the paper's Algorithms 1-2; choices it leaves open are robfair's (docs/methods-frl.md)"}
     #: per-method changes to MODE_DEFAULTS (the official HEAD's frlrw.py keeps bounds 0.1)
     mode_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
 

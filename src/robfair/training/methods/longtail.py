@@ -182,6 +182,7 @@ class CostSensitiveAT(LongTailAT):
         momentum: float = Field(0.0, ge=0, lt=1, description="weight of the previous epoch's weights")
 
     name = "at-cost-sensitive"
+    sources = {"method": "Benz et al. 2021 (question c): cost-sensitive class weights from validation error"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
@@ -272,6 +273,7 @@ class ResampleAT(CostSensitiveAT):
         counts: Counts = Field(None, description="training samples per class (default: measured)")
 
     name = "at-resample"
+    sources = {"method": "class re-sampling (Benz et al. 2021); square-root sampling at power 0.5"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
@@ -355,6 +357,7 @@ class FocalAT(LongTailAT):
         gamma: float = Field(2.0, ge=0, description="focusing parameter; 0: cross-entropy")
 
     name = "at-focal"
+    sources = {"method": "Lin et al., ICCV 2017 (focal loss)"}
 
     def per_sample_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return focal_loss(logits, y, self.options.gamma)
@@ -379,6 +382,7 @@ class ClassBalancedAT(LongTailAT):
         gamma: float = Field(0.0, ge=0, description="focal gamma (0: class-balanced cross-entropy)")
 
     name = "at-class-balanced"
+    sources = {"method": "Cui et al., CVPR 2019 (class-balanced loss)"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
@@ -411,6 +415,7 @@ class LDAMAT(LongTailAT):
         drw_beta: float = Field(0.9999, ge=0, lt=1, description="effective-number beta of the DRW weights")
 
     name = "at-ldam"
+    sources = {"method": "Cao et al., NeurIPS 2019 (LDAM, DRW)"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
@@ -448,6 +453,7 @@ class LogitAdjustAT(LongTailAT):
         tau: float = Field(1.0, ge=0, description="scale of the log-prior offsets; 0: cross-entropy")
 
     name = "at-logit-adjust"
+    sources = {"method": "Menon et al., ICLR 2021 (logit adjustment)"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
@@ -500,6 +506,7 @@ class ClassEpsAT(LongTailAT):
                 raise ValueError(str(e)) from None
 
     name = "at-class-eps"
+    sources = {"method": "a fixed training radius per class (Benz et al. 2021)"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)

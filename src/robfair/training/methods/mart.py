@@ -30,6 +30,7 @@ class MART(Method):
         beta: float = Field(6.0, ge=0, description="weight of the misclassification-aware KL term")
 
     name = "mart"
+    sources = {"method": "Wang et al., ICLR 2020, eq. 9 with the official code's numerical guards"}
     default_attack = "pgd10"
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,

@@ -16,6 +16,7 @@ class PGDAT(Method):
     ``class_eps``); with ``class_weights`` the loss is sum_i w[y_i] CE_i / sum_i w[y_i]."""
 
     name = "pgd-at"
+    sources = {"method": "Madry et al., ICLR 2018: min E max_{||d|| <= eps} CE(f(x + d), y), PGD inner maximization"}
     default_attack = "pgd10"
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,

@@ -13,6 +13,7 @@ class Standard(Method):
     """Cross-entropy on clean inputs; per-class weights when a subclass supplies them."""
 
     name = "standard"
+    sources = {"method": "empirical risk minimization (cross-entropy on clean inputs)"}
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:

@@ -34,6 +34,11 @@ class TRADES(Method):
                                  "mean(K w KL); joint: sum(w_n CE + beta w_b KL)/sum(w_n + w_b)")
 
     name = "trades"
+    sources = {"method": "Zhang et al., ICML 2019, eq. 5 (official code yaodongyu/TRADES: KL summed over classes, "
+                         "batch mean)",
+               "normalization=ratio": "TRADES; FRL at hannxu123/fair_robust@a80547d (HEAD)",
+               "normalization=joint": "FRL's first code, hannxu123/fair_robust@18d1177",
+               "normalization=mean-k": "robfair: unbiased for FRL's sum_i w_i R_i"}
     default_attack = "trades-kl"
 
     def boundary_weights(self) -> torch.Tensor | None:

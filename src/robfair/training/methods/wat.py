@@ -74,6 +74,10 @@ class WAT(Method):
         normalize: bool = Field(False, description="divide by the summed sample weights instead of the batch size")
 
     name = "wat"
+    sources = {"method": "Li & Liu, AAAI 2023 (WAT)",
+               "cost=trades-surrogate": "official code boqili/WAT@62d1184f9b88909c9e782ab8234128324235ac84 validate()",
+               "cost=trades-01": "robfair: the 0-1 risk the surrogate bounds, from the validation report",
+               "cost=rob-err": "robfair: validation robust error"}
     default_attack = "trades-kl"
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
