@@ -103,7 +103,7 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it  \\[default: none, flags and defaults only]"),
     data: Optional[str] = typer.Option(None, "--data", "-d", help="NAME[:PATH]; the train split is used (`robfair datasets`)." + _default("data")),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (`robfair models`)." + _default("model")),
-    method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, frl-rwrm, cfa, ... (README, docs/methods-*.md)." + _default("method")),
+    method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, frl-rwrm, cfa, ... (robfair methods lists them; docs/methods-*.md)." + _default("method")),
     eps: Optional[str] = typer.Option(None, help="Training radius, e.g. 8/255 or 0.1." + _default("eps")),
     epochs: Optional[int] = typer.Option(None, min=1, help="Training epochs." + _default("epochs")),
     batch_size: Optional[int] = typer.Option(None, min=1, help="Batch size." + _default("batch_size")),
