@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import math
 import platform
 import sys
@@ -46,6 +45,7 @@ from robfair.audit import audit
 from robfair.data import load_dataset
 from robfair.data.registry import with_options
 from robfair.errors import RobfairError
+from robfair.hardware import describe
 from robfair.safeio import check_output_dir
 from robfair.training import TrainConfig, train
 from robfair.utils import resolve_device, tune_allocator, write_json
@@ -136,8 +136,7 @@ def probe_verdict(rec: dict) -> str:
 
 def summary_md(args, info, table: pd.DataFrame, aggs: dict, timings: dict, warnings: list[str], probe: str) -> str:
     lines = [f"# GPU check: {args.model} PGD-AT on {args.data}", "",
-             f"- device: {info['device']} ({info['gpu'] or platform.processor() or 'cpu'}), torch {info['torch']}, "
-             f"robfair {info['robfair']}",
+             f"- hardware: {info['hardware']}; robfair {info['robfair']}",
              f"- training: {info['epochs']} epochs (chosen: {info['epochs_reason']}), PGD-{args.steps} eps {args.eps}, "
              f"batch {args.batch}, {args.precision} autocast, channels_last, data on the device: {info['data_on_device']}",
              f"- audit: {args.attacks} in fp32 on {int(table['n'].sum())} test images (robust = worst case); probe: {probe}",
@@ -186,9 +185,10 @@ def main(argv=None) -> int:
     timings: dict = {}
     info = {"robfair": robfair.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-            "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(), "settings": vars(args).copy()}
+            "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(), "hardware": describe(dev),
+            "settings": vars(args).copy()}
     info["settings"]["out"] = str(args.out)
-    print(json.dumps({k: info[k] for k in ("device", "gpu", "torch", "robfair")}), flush=True)
+    print(info["hardware"], flush=True)
 
     t = time.perf_counter()
     try:

@@ -8,7 +8,6 @@ cache and error tests use JPEGs written here. One slow test reads the whole shar
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from pathlib import Path
 
