@@ -142,7 +142,10 @@ def test_abstains_when_the_top_class_is_a_coin_flip():
 def test_deterministic_under_seed_and_independent_of_the_other_samples():
     model, ds, _ = linear_problem(n=40)
     a = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=3, device="cpu")
-    b = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=3, device="cpu")
+    import robfair
+
+    b = robfair.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=3, device="cpu")  # the module is callable
+    assert isinstance(b, robfair.CertifyReport)
     assert np.array_equal(a.n_top, b.n_top) and np.array_equal(a.radius, b.radius)
     c = C.certify(model, ds, SIGMA, n0=20, n=300, batch_size=128, seed=4, device="cpu")
     assert not np.array_equal(a.n_top, c.n_top)
