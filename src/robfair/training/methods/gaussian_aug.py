@@ -27,6 +27,9 @@ class GaussianAug(Method):
 
     name = "gaussian-aug"
     default_attack = None
+    default_select = "last"  # the official code keeps the last epoch
+    sources = {"method": "Cohen, Rosenfeld & Kolter, ICML 2019 (randomized smoothing); noise as the official "
+                         "locuslab/smoothing code/train.py @ e748e701ff8a (--noise_sd)"}
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
