@@ -19,7 +19,7 @@ import sys
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ from . import __version__
 from .errors import AttackError, DataError, ModelError, RobfairError
 from .metrics import GroupReport
 from .utils import parse_eps, resolve_device
+
+if TYPE_CHECKING:
+    from .data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +216,13 @@ def _check_model_output(model: torch.nn.Module, x: torch.Tensor, num_classes: in
         )
 
 
+#: what ``audit()`` takes as data (see :func:`robfair.data.as_dataset`)
+DataLike = Union["Dataset", tuple, list, "torch.utils.data.Dataset", "torch.utils.data.DataLoader"]
+
+
 def audit(
     model: torch.nn.Module,
-    dataset,
+    dataset: DataLike,
     attacks: Sequence[str | Any] = ("pgd20",),
     eps: float | str | torch.Tensor = 8 / 255,
     *,
@@ -226,13 +233,17 @@ def audit(
     precision: str = "fp32",
     channels_last: bool = False,
     progress: Progress | None = None,
+    mean: Sequence[float] | float | str | None = None,
+    std: Sequence[float] | float | str | None = None,
+    classes: Sequence[str] | None = None,
 ) -> AuditReport:
     """Audit ``model`` on ``dataset`` under each attack, per group (the classes unless the dataset has groups).
 
     Parameters
     ----------
     model: a module mapping images in [0, 1] to logits.
-    dataset: a :class:`robfair.data.Dataset`.
+    dataset: a :class:`robfair.data.Dataset`, ``(x, y)`` / ``(x, y, g)`` tensors or numpy arrays, a
+        ``TensorDataset`` or a ``DataLoader`` (:func:`robfair.data.as_dataset`).
     attacks: names understood by :func:`robfair.attacks.get_attack` (``"fgsm"``, ``"pgd20"``,
         ``"pgd20-l2"``, ``"pgd50-r5"``, ``"autoattack"`` ...) or attack objects.
     eps: a radius (``0.1``, ``"8/255"``) or a per-sample tensor with one value per dataset item.
@@ -240,12 +251,15 @@ def audit(
     seed: seeds the attacks' random starts; the audit is deterministic for a fixed batch size.
     precision: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"`` autocast inside the attack and forward.
     channels_last: run the model in channels-last memory format (faster convolutions).
+    mean, std: the model expects normalized inputs: it is wrapped as ``Normalized(model, mean, std)``
+        (per-channel values, or a preset ``"cifar10"``, ``"cifar100"``, ``"imagenet"``).
+    classes: the model's class names in output order; the dataset's labels are re-indexed to it by
+        name. Without it, class names stored with the model (``load_any``) must equal the dataset's.
     """
     from .attacks import get_attack
+    from .data.coerce import audit_inputs
 
-    if len(dataset) == 0:
-        raise DataError("the dataset is empty; check the path and the split")
-    dataset.validate()
+    model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
     if batch_size < 1:
         raise RobfairError(f"batch size must be >= 1, got {batch_size}")
     if not attacks:

@@ -106,7 +106,7 @@ def bad_cases(demo_dir: Path, tmp: Path):
         "missing checkpoint": (a + ["-m", tmp / "none.pt"], "does not exist"),
         "corrupt checkpoint": (a + ["-m", corrupt], "checkpoint"),
         "pickled code": (a + ["-m", evil], "pickled code"),
-        "not a robfair checkpoint": (a + ["-m", bare], "robfair"),
+        "state dict without --arch": (a + ["-m", bare], "--arch"),
         "negative eps": (["audit", "-m", ckpt, "--eps", "-0.1"], ">= 0"),
         "non-numeric eps": (["audit", "-m", ckpt, "--eps", "eight"], "not a number"),
         "unknown attack": (["audit", "-m", ckpt, "--attack", "pgdx", "--eps", "0.1"], "attack"),

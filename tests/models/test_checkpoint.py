@@ -95,7 +95,7 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, writer):
         torch.save(obj, path)
     else:
         path.write_bytes(pickle.dumps(obj))
-    with pytest.raises(ModelError, match=r"refusing to load .*evil\.pt: it holds pickled code \(posix\.mkdir\).*re-save with robfair"):
+    with pytest.raises(ModelError, match=r"refusing to load .*evil\.pt: it holds pickled code \(posix\.mkdir\).*pass --arch FILE\.py:NAME"):
         load_checkpoint(path)
     assert not marker.exists()
 

@@ -144,8 +144,17 @@ class _Bars:
 # ---------------------------------------------------------------------------------------------
 @app.command()
 def audit(
-    model: Path = typer.Option(..., "--model", "-m", help="A robfair checkpoint (.pt)."),
-    data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
+    model: str = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
+                              "state dict / .safetensors (with --arch), or robustbench:NAME."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from."),
+    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML, e.g. '{\"width\": 32}'."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder for robustbench:NAME (default ./models)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="The model expects normalized inputs: per-channel mean "
+                                       "(0.49,0.48,0.45) or a preset: cifar10, cifar100, imagenet."),
+    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset); with --mean."),
+    class_map: Optional[str] = typer.Option(None, "--class-map", help="State the model's class order: 'model' (its stored "
+                                            "names), DATA=MODEL renames, the names in output order, or a .json/.yaml file."),
+    data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH][,limit=N][,per_class=N], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split to audit: test or train."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack name; repeat for several (fgsm, pgd20, pgd20-l2, autoattack...)."),
     eps: Optional[str] = typer.Option(None, help="Radius, e.g. 0.1 or 8/255  \\[default: the checkpoint's training eps, else 8/255]"),
@@ -169,10 +178,9 @@ def audit(
     distances: bool = typer.Option(False, "--distances", help="Distance of each sample to the decision boundary, "
                                    "summarized per group (exact for linear models, else bisection with the first attack)."),
 ) -> None:
-    """Audit a checkpoint: per-class (per-group) clean and robust accuracy with intervals."""
+    """Audit a model: per-class (per-group) clean and robust accuracy with intervals."""
     from ..audit import audit as run_audit
     from ..data import load_dataset
-    from ..models import load_checkpoint
     from ..eps_sweep import parse_eps_range
     from ..report.text import print_audit
 
@@ -187,16 +195,18 @@ def audit(
     sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
     if sweep_values:
         check_image_eps(max(sweep_values), attack, allow_large=allow_large_eps, what="--eps-sweep")
-    net, meta = load_checkpoint(model)
+    net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)
     eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
     check_image_eps(eps_value, attack, allow_large=allow_large_eps)
     ds = load_dataset(data, split=split, groups=groups)
-    _check_classes(meta, ds)
+    ds = _check_classes(meta, ds, class_map)
     with _progress() as p:
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
-                        early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p))
+                        early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p),
+                        classes=ds.classes)
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
+    rep.meta["model_source"] = meta.get("source")
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
                                            batch_size=batch_size, device=device, seed=seed)
@@ -204,7 +214,7 @@ def audit(
     if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
         from ..report.plots import classwise_bars
 
-        classwise_bars({_checkpoint_label(model): rep}, plot_path,
+        classwise_bars({_display_label(model): rep}, plot_path,
                        title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
     if out_path is not None:
         from ..utils import write_json
@@ -343,7 +353,7 @@ def _run_split(run_dir: Path) -> str:
         return "test"
 
 
-def _audit_out(out: Optional[Path], *, model: Path, split: str, overwrite: bool) -> Optional[Path]:
+def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool) -> Optional[Path]:
     """Where audit.json goes, checked before anything is computed: a run folder's own audit.json
     is the run's result and only an audit of that run's best.pt on that run's split may replace it
     (with --overwrite); an audit of another split or model is refused and pointed to another name."""
@@ -354,9 +364,10 @@ def _audit_out(out: Optional[Path], *, model: Path, split: str, overwrite: bool)
 
     run_dir = path.parent
     if path.name == "audit.json" and is_run_folder(run_dir):
-        own = model.expanduser().resolve() == (run_dir / "checkpoints" / "best.pt").resolve()
+        own = (not str(model).startswith("robustbench:")
+               and Path(model).expanduser().resolve() == (run_dir / "checkpoints" / "best.pt").resolve())
         run_split = _run_split(run_dir)
-        tag = f"{split}" if own else f"{model.expanduser().stem}-{split}"
+        tag = f"{split}" if own else f"{_model_label(str(model))}-{split}"
         alt = str(run_dir / f"audit-{tag}.json")
         if not own or split != run_split:
             why = f"split {split!r} (the run's is {run_split!r})" if own else f"another checkpoint ({model})"
@@ -375,11 +386,64 @@ def _checkpoint_eps(meta: dict) -> float:
     return 8 / 255
 
 
-def _check_classes(meta: dict, ds) -> None:
-    """The checkpoint's image shape and class count must match the dataset's (one-line ModelError)."""
+def _check_classes(meta: dict, ds, class_map: Optional[str] = None):
+    """The model's image shape and class count must match the dataset's, and so must the class names it
+    stores (order included) unless ``--class-map`` states the mapping; returns the dataset with its
+    labels in the model's order (one-line errors)."""
+    from ..data import check_class_order, parse_class_map, with_class_order
     from ..models import check_model_data
 
     check_model_data(meta, ds.in_shape, ds.num_classes)
+    if class_map is not None:
+        order, renames = parse_class_map(class_map, meta.get("classes"))
+        return with_class_order(ds, order, renames)
+    check_class_order(meta.get("classes"), ds.classes, what=f"the model ({meta.get('source', 'checkpoint')})")
+    return ds
+
+
+def _parse_stats(text: Optional[str], what: str):
+    """``--mean``/``--std``: a preset name or comma-separated numbers."""
+    if text is None:
+        return None
+    from ..errors import ModelError
+
+    t = text.strip().strip("()[]")
+    if t.replace("-", "").isalpha():
+        return t
+    try:
+        vals = [float(v) for v in t.split(",") if v.strip()]
+    except ValueError:
+        raise ModelError(f"--{what} {text!r} is not a list of numbers or a preset; write e.g. --{what} 0.5,0.5,0.5 "
+                         "or --{what} cifar10") from None
+    return vals
+
+
+def load_model_arg(model: str, arch: Optional[str], arch_kwargs: Optional[str], model_dir: Optional[Path],
+                   mean: Optional[str], std: Optional[str]):
+    """``--model`` (+ ``--arch``/``--arch-kwargs``/``--model-dir``) loaded with ``robfair.models.load_any``,
+    wrapped in ``Normalized`` for ``--mean``/``--std``; returns (model, meta)."""
+    from ..models import load_any, with_normalization
+    from ..models.sources import parse_arch_kwargs
+
+    if arch is None and arch_kwargs is not None:
+        from ..errors import ModelError
+
+        raise ModelError("--arch-kwargs needs --arch FILE.py:NAME; pass both")
+    net, meta = load_any(model, arch=arch, arch_kwargs=parse_arch_kwargs(arch_kwargs), model_dir=model_dir)
+    m, s = _parse_stats(mean, "mean"), _parse_stats(std, "std")
+    if m is not None or s is not None:
+        net = with_normalization(net, m, s)
+        meta = {**meta, "normalization": {"mean": mean, "std": std}}
+    return net, meta
+
+
+def _display_label(model: str) -> str:
+    """A model's name on plots and tables: the run for a run's checkpoint, the RobustBench name."""
+    return model.split(":", 1)[1] if model.startswith("robustbench:") else _checkpoint_label(Path(model))
+
+
+def _model_label(model: str) -> str:
+    return model.split(":", 1)[1].split("/")[-1] if model.startswith("robustbench:") else Path(model).stem
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,19 @@ def _as_tensor(a) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
+def channels_first(x, where: object):
+    """(N, C, H, W) from (N, C, H, W), (N, H, W, C) with C in (1, 3), or (N, H, W) (numpy or torch)."""
+    if x.ndim == 3:
+        return x[:, None]
+    if x.ndim != 4:
+        raise DataError(f"{where}: x has shape {tuple(x.shape)}; store images as (N, C, H, W), (N, H, W, C) or (N, H, W)")
+    if x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
+        if isinstance(x, torch.Tensor):
+            return x.permute(0, 3, 1, 2).contiguous()
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    return x
+
+
 def _as_ids(a) -> torch.Tensor:
     t = _as_tensor(a)
     if t.dtype != torch.bool and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.int64:

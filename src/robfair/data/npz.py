@@ -2,8 +2,8 @@
 
 Keys: ``x`` images (N, C, H, W), (N, H, W, C) or (N, H, W), uint8 0..255 or float in [0, 1];
 ``y`` integer labels; optional ``g`` integer group ids; optional ``classes`` / ``groups`` string
-arrays (``np.array(names, dtype=str)``). A file with ``x``/``y`` serves both splits; a file with
-``x_train``, ``y_train``, ``x_test``, ``y_test`` (and ``g_train``, ``g_test``) holds both splits.
+arrays (``np.array(names, dtype=str)``). A file with ``x``/``y`` serves both splits (``robfair train``
+holds a stratified 20% of it out as the test split, see ``holdout``); a file with ``x_train``, ``y_train``, ``x_test``, ``y_test`` (and ``g_train``, ``g_test``) holds both splits.
 PATH may also be a folder holding ``train.npz`` and ``test.npz``. Loaded with ``allow_pickle=False``.
 """
 
@@ -11,24 +11,15 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
-from .registry import register_dataset
+from .base import Dataset, channels_first as _channels_first
+from .registry import option_float, option_int, register_dataset
 
 LAYOUT = "keys x, y (optional g, classes, groups) or x_train, y_train, x_test, y_test"
-
-
-def _channels_first(x: np.ndarray, path: Path) -> np.ndarray:
-    if x.ndim == 3:
-        return x[:, None]
-    if x.ndim != 4:
-        raise DataError(f"{path}: x has shape {x.shape}; store images as (N, C, H, W), (N, H, W, C) or (N, H, W)")
-    if x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):
-        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-    return x
 
 
 def _array(npz, key: str, path: Path, fix: str = "save numbers as a numeric array") -> np.ndarray:
@@ -58,8 +49,13 @@ def _ids(a: np.ndarray, key: str, path: Path) -> np.ndarray:
 
 @register_dataset("npz", help="your arrays in a .npz file: x, y and optional group ids g",
                   location="PATH (required)", formats=".npz (np.savez)")
-def load_npz(root: Path | None, split: str) -> Dataset:
-    """Arrays from ``PATH`` (a .npz file, or a folder with train.npz / test.npz)."""
+def load_npz(root: Path | None, split: str, *, holdout: Any = None, split_seed: Any = 0) -> Dataset:
+    """Arrays from ``PATH`` (a .npz file, or a folder with train.npz / test.npz).
+
+    ``holdout``: for a file with a single ``x``/``y`` set, hold out that share (a fraction such as 0.2,
+    or an integer count per class) as the test split, stratified and drawn with ``split_seed``; the
+    train split is the rest. ``robfair train`` sets it (0.2) for such files so the test audit never
+    runs on training data."""
     if root is None:
         raise DataError(f"npz needs a path; write npz:PATH/file.npz with {LAYOUT}")
     path = root / f"{split}.npz" if root.is_dir() else root
@@ -73,7 +69,8 @@ def load_npz(root: Path | None, split: str) -> Dataset:
         raise DataError(f"{path} is a single .npy array, not a .npz archive; save with np.savez(path, x=..., y=...)")
     with npz:
         keys = set(npz.files)
-        if {"x", "y"} <= keys:
+        single = {"x", "y"} <= keys
+        if single:
             kx, ky, kg = "x", "y", "g"
         elif {f"x_{split}", f"y_{split}"} <= keys:
             kx, ky, kg = f"x_{split}", f"y_{split}", f"g_{split}"
@@ -90,5 +87,56 @@ def load_npz(root: Path | None, split: str) -> Dataset:
         raise DataError(f"{path}: '{kx}' has dtype {x.dtype}; store uint8 (0..255) or float in [0, 1]")
     if classes is None:
         classes = [str(i) for i in range(int(y.max()) + 1 if y.size else 0)]
-    return Dataset(x=x, y=y, classes=classes, g=g, groups=groups,
-                   name=path.stem if path == root else root.resolve().name)
+    ds = Dataset(x=x, y=y, classes=classes, g=g, groups=groups,
+                 name=path.stem if path == root else root.resolve().name)
+    if holdout is None:
+        return ds
+    if not single:
+        raise DataError(f"{path} already holds train and test arrays ({kx}); drop the holdout option")
+    from .base import stratified_split
+
+    share = _holdout_value(holdout)
+    seed = option_int(split_seed, "split_seed")
+    tr, te = stratified_split(ds.y, share, seed, classes=ds.classes)
+    return ds.subset(tr if split == "train" else te)
+
+
+def _holdout_value(value: Any) -> int | float:
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    return option_float(text, "holdout", low=0.0, high=1.0)
+
+
+def is_single_set(path: Path) -> bool:
+    """True for a .npz file holding one ``x``/``y`` set (no train/test keys)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {"x", "y"} <= set(npz.files)
+    except Exception:
+        return False
+
+
+HOLDOUT = 0.2
+
+
+def training_spec(spec: str) -> tuple[str, str | None]:
+    """For ``robfair train``: a single-file npz spec gets ``holdout=0.2`` (seed ``split_seed``, default 0)
+    so train and test differ; returns (spec, notice or None). Other specs come back unchanged."""
+    from .registry import DATASETS, parse_spec, split_options, with_options
+
+    try:
+        name, path = parse_spec(spec)
+        canonical = DATASETS.canonical(name)
+    except Exception:
+        return spec, None
+    _, opts = split_options(spec)
+    if canonical != "npz" or path is None or "holdout" in opts or not path.is_file() or not is_single_set(path):
+        return spec, None
+    seed = opts.get("split_seed", 0)
+    notice = (f"{path} holds one set of arrays: training on a stratified {1 - HOLDOUT:.0%} of it and testing on the "
+              f"held-out {HOLDOUT:.0%} (split_seed={seed}); set holdout=F,split_seed=S in --data, or store "
+              "x_train/x_test, to choose")
+    return with_options(spec, holdout=HOLDOUT, split_seed=seed), notice

@@ -10,7 +10,9 @@ keyword-only arguments; ``load_dataset`` rejects an option the loader does not d
 selects the protected attribute: ``class`` (groups = classes) works everywhere, ``g`` keeps the group
 ids of an ``npz`` file, and loaders that declare ``groups`` (utkface, celeba, imagefolder with a
 groups CSV) name their own attributes. When groups are selected, every group must have samples in
-the split (else a ``DataError``).
+the split (else a ``DataError``). Every dataset also takes ``limit=N`` (N samples in all) and
+``per_class=N`` (N per class): a stratified subset drawn with ``sample_seed`` (default 0), in file order
+(loaders that read only part of their files for ``limit``, such as celeba and utkface, apply their own).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def data_home() -> Path:
     """Where datasets are looked for by default: ``$ROBFAIR_DATA`` or ``~/.robfair/data``."""
     return Path(os.environ.get("ROBFAIR_DATA") or "~/.robfair/data").expanduser()
 
+
+#: options every dataset takes: a seeded, stratified subset (``limit=N`` in all, ``per_class=N``)
+SUBSET_OPTIONS = ("limit", "per_class", "sample_seed")
 
 _OPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)=(.*)$", re.S)
 #: ``groups`` values meaning "the groups are the classes"
@@ -150,11 +155,13 @@ def load_dataset(spec: str, split: str = "test", root: str | os.PathLike | None 
             raise DataError(f"dataset path given twice ({path} in '{spec}' and root={root_path}); give it once")
         path = root_path
     accepted = loader_options(loader)
+    subset = {k: opts.pop(k) for k in SUBSET_OPTIONS if k in opts and k not in accepted}
     selected = opts.pop("groups", None)
     selected = None if selected is None else str(selected).strip()
     for key in opts:
         if key not in accepted:
-            valid = ", ".join(["groups", *(a for a in accepted if a != "groups")])
+            valid = ", ".join(["groups", *(a for a in accepted if a != "groups"),
+                               *(o for o in SUBSET_OPTIONS if o not in accepted)])
             raise DataError(f"dataset '{canonical}' has no option '{key}'; valid options: {valid} "
                             f"(options follow the spec: NAME[:PATH],KEY=VALUE)")
     as_classes = selected is not None and selected.lower() in CLASS_GROUPS
@@ -170,6 +177,12 @@ def load_dataset(spec: str, split: str = "test", root: str | os.PathLike | None 
     if not ds.name:
         ds.name = canonical
     ds.validate()
+    if subset:
+        from .coerce import subsample
+
+        ds = subsample(ds, limit=option_int(subset["limit"], "limit", minimum=1) if "limit" in subset else None,
+                       per_class=option_int(subset["per_class"], "per_class", minimum=1) if "per_class" in subset else None,
+                       seed=option_int(subset.get("sample_seed", 0), "sample_seed"))
     if ds.g is not None and (selected is not None or "groups" in accepted):
         check_groups_present(ds, split)
     return ds

@@ -9,18 +9,28 @@
 Architectures (``describe_models()`` lists them with their arguments): ``mlp``, ``smallcnn`` (adapts to
 8x8 / 28x28 / 32x32 and any channel count), ``cifar-cnn`` (~51 MFLOP per 32x32x3 image),
 ``preact-resnet18``, ``wrn`` (``depth``, ``widen``, ``dropout``) and the presets ``wrn-34-10``, ``wrn-28-10``.
+Any model file (TorchScript, torch.export, state dict + your class, safetensors, RobustBench):
+``load_any(spec, arch=..., arch_kwargs=...)`` (see ``robfair.models.sources``); a model that expects
+normalized inputs: ``with_normalization(model, "cifar10")`` (= ``Normalized(model, mean, std)``).
 Add your own with ``@MODELS.register("name")`` on a ``factory(num_classes, in_shape, *, ...)``.
 """
 
 from __future__ import annotations
 
 from . import resnet, small  # noqa: F401  (register the architectures)
-from .base import MODELS, Normalized
+from .base import MODELS, NORMALIZATION_PRESETS, Normalized, resolve_normalization, with_normalization
 from .checkpoint import load_checkpoint, save_checkpoint
 from .factory import ModelInfo, check_model_data, count_flops, create, describe_models, unwrap_model
+from .sources import detect_format, load_any, model_classes
 
 __all__ = [
     "MODELS",
+    "NORMALIZATION_PRESETS",
+    "detect_format",
+    "load_any",
+    "model_classes",
+    "resolve_normalization",
+    "with_normalization",
     "ModelInfo",
     "Normalized",
     "check_model_data",

@@ -109,3 +109,55 @@ def dropout_rate(model: str, value: Any) -> float:
 
 def fmt_shape(shape: Sequence[int]) -> str:
     return "x".join(str(int(d)) for d in shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# normalization presets (``--mean cifar10``, ``audit(..., mean="imagenet")``)
+
+#: per-channel (mean, std) of the usual training sets
+NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+
+def resolve_normalization(mean: Any, std: Any) -> tuple[Any, Any]:
+    """``mean``/``std`` with preset names (``"cifar10"``, ``"cifar100"``, ``"imagenet"``) replaced by
+    their values; a preset given for one of the two fills the other. Numbers need both."""
+    presets = {}
+    for what, v in (("mean", mean), ("std", std)):
+        if isinstance(v, str):
+            key = v.strip().lower().replace("-", "")
+            if key not in NORMALIZATION_PRESETS:
+                raise ModelError(f"{what} preset {v!r} is not known; use one of: {', '.join(NORMALIZATION_PRESETS)} "
+                                 f"or numbers, e.g. {what}=(0.5, 0.5, 0.5)")
+            presets[what] = NORMALIZATION_PRESETS[key]
+    if "mean" in presets:
+        mean = presets["mean"][0]
+        std = presets["mean"][1] if std is None else std
+    if "std" in presets:
+        std = presets["std"][1]
+        mean = presets["std"][0] if mean is None else mean
+    if (mean is None) != (std is None):
+        missing = "std" if std is None else "mean"
+        raise ModelError(f"normalization needs both mean and std; pass {missing} too (or a preset: cifar10, cifar100, imagenet)")
+    return mean, std
+
+
+def with_normalization(model: nn.Module, mean: Any, std: Any, channels: int | None = None) -> nn.Module:
+    """``Normalized(model, mean, std)`` for a model that expects normalized inputs (presets allowed);
+    ``model`` itself when both are None. Refuses a robfair model that already normalizes."""
+    mean, std = resolve_normalization(mean, std)
+    if mean is None:
+        return model
+    spec = getattr(model, "robfair_spec", None)
+    if isinstance(spec, dict) and (spec.get("mean") is not None or spec.get("std") is not None):
+        raise ModelError(f"this robfair model already normalizes its inputs (mean {spec.get('mean')}, std {spec.get('std')}); "
+                         "drop --mean/--std (mean=/std=) or the inputs are normalized twice")
+    wrapped = Normalized(model, mean, std, channels=channels)
+    wrapped.training = model.training  # the flag only: audit() restores the user's mode, not a new module's
+    for attr in ("robfair_classes",):
+        if hasattr(model, attr):
+            setattr(wrapped, attr, getattr(model, attr))
+    return wrapped

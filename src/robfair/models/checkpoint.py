@@ -161,8 +161,8 @@ def _torch_load(path: Path, map_location: Any) -> Any:
         if code:
             raise ModelError(
                 f"refusing to load {path}: it holds pickled code ({', '.join(sorted(set(code), key=_noisy_last)[:3])}); robfair "
-                "checkpoints hold only tensors and plain values - if you trust the file, load it yourself and "
-                "re-save with robfair (robfair.models.save_checkpoint)"
+                "checkpoints hold only tensors and plain values - save model.state_dict() and pass --arch FILE.py:NAME, "
+                "or save the model as TorchScript (torch.jit.save) or torch.export (.pt2)"
             ) from None
         raise ModelError(
             f"cannot read {path} as a torch checkpoint (not a valid pickle); the file is corrupt or not a torch file - "
@@ -220,7 +220,8 @@ def _build(spec: dict[str, Any], path: Path) -> nn.Module:
         raise ModelError(f"{path}: {e}") from None
 
 
-def _load_state(model: nn.Module, state: dict[str, torch.Tensor], path: Path, name: str) -> None:
+def _load_state(model: nn.Module, state: dict[str, torch.Tensor], path: Path, name: str,
+                fix: str = "the file was edited or saved from a different model - re-save it with robfair.models.save_checkpoint") -> None:
     want = model.state_dict()
     missing = [k for k in want if k not in state]
     unexpected = [k for k in state if k not in want]
@@ -231,8 +232,7 @@ def _load_state(model: nn.Module, state: dict[str, torch.Tensor], path: Path, na
             if keys:
                 parts.append(f"{len(keys)} {label} (e.g. '{keys[0]}')")
         raise ModelError(
-            f"{path}: the weights do not match architecture '{name}' ({', '.join(parts)}); the file was edited or "
-            "saved from a different model - re-save it with robfair.models.save_checkpoint"
+            f"{path}: the weights do not match architecture '{name}' ({', '.join(parts)}); {fix}"
         )
     model.load_state_dict(state, assign=True)
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
-from .base import MODELS, Normalized, channel_stats, check_in_shape, check_num_classes, fmt_shape
+from .base import MODELS, Normalized, channel_stats, resolve_normalization, check_in_shape, check_num_classes, fmt_shape
 
 
 def _factory_kwargs(factory: Callable[..., nn.Module]) -> dict[str, Any]:
@@ -58,6 +58,8 @@ def create(
             hint = "; use model 'wrn' to set depth/widen" if entry.name.startswith("wrn-") else ""
             raise ModelError(f"model '{entry.name}' has no argument '{key}'; valid arguments: {valid}{hint}")
     resolved = {k: _plain(v, f"model argument '{k}'") for k, v in {**accepted, **kwargs}.items()}
+    if isinstance(mean, str) or isinstance(std, str):  # a preset: "cifar10", "cifar100", "imagenet"
+        mean, std = resolve_normalization(mean, std)
     mean_l = channel_stats(mean, in_shape[0], "mean")
     std_l = channel_stats(std, in_shape[0], "std")
     net = entry.obj(num_classes, in_shape, **kwargs)

@@ -137,13 +137,20 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     from ..data import load_dataset
 
     seed_everything(cfg.seed)
-    full = train_data if train_data is not None else load_dataset(cfg.data, "train")
+    data_spec = cfg.data
+    if train_data is None:
+        from ..data.npz import training_spec
+
+        data_spec, notice = training_spec(cfg.data)
+        if notice:
+            log.warning(notice)
+    full = train_data if train_data is not None else load_dataset(data_spec, "train")
     full.validate()
     tr_idx, va_idx, split = make_split(full, cfg)
     tr, va = (full, None) if va_idx is None else (full.subset(tr_idx), full.subset(va_idx))
     test = test_data
     if final_audit is not None and test is None:
-        test = load_dataset(cfg.data, "test")
+        test = load_dataset(data_spec, "test")
     model = build_model(cfg, full.num_classes, full.in_shape)
     return Trainer(model, tr, va, None, cfg, test=test, callbacks=callbacks, final_audit=final_audit,
                    split=split).fit()

@@ -1,0 +1,253 @@
+"""Data in the forms researchers already have -> :class:`Dataset`, seeded stratified subsets, and
+stating a model's class order.
+
+    as_dataset(ds)                       # a robfair Dataset (returned as is)
+    as_dataset((x, y)) / as_dataset((x, y, g))        # tensors or numpy arrays
+    as_dataset(TensorDataset(x, y)) / as_dataset(DataLoader(...))   # torch.utils.data
+    subsample(ds, per_class=100, seed=0) / subsample(ds, limit=1000, seed=0)
+    with_class_order(ds, ["cat", "dog", ...])   # re-index labels to a model's output order
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from .base import Dataset, channels_first
+
+log = logging.getLogger(__name__)
+
+FORMS = "a robfair Dataset, (x, y) or (x, y, g) tensors/arrays, a torch TensorDataset, a DataLoader or a map-style torch Dataset"
+
+
+def _names(classes: Any, k: int) -> list[str]:
+    if classes is None:
+        return [str(i) for i in range(k)]
+    if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
+        return [str(i) for i in range(int(classes))]
+    if isinstance(classes, str):
+        raise DataError(f"classes must be a list of names, got the string {classes!r}; pass e.g. ['cat', 'dog']")
+    return [str(c) for c in classes]
+
+
+def _from_arrays(parts: Sequence[Any], classes: Any, groups: Any, name: str) -> Dataset:
+    if len(parts) not in (2, 3):
+        raise DataError(f"pass (x, y) or (x, y, g), got a sequence of {len(parts)} items")
+    x, y = parts[0], parts[1]
+    g = parts[2] if len(parts) == 3 else None
+    if not isinstance(x, torch.Tensor):
+        x = np.asarray(x)
+        if x.dtype.kind == "f" and x.dtype != np.float32:
+            x = x.astype(np.float32)
+    x = channels_first(x, "images")
+    y_t = y.detach() if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
+    if y_t.ndim != 1:
+        raise DataError(f"labels have shape {tuple(y_t.shape)}; pass one integer class id per image (not one-hot: use y.argmax(1))")
+    if y_t.is_floating_point():
+        if not bool(torch.all(y_t == y_t.round())):
+            raise DataError("labels are not integers; pass class ids 0..K-1")
+        y_t = y_t.long()
+    k = int(y_t.max()) + 1 if y_t.numel() else 0
+    names = _names(classes, k)
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+        if x.is_floating_point() and x.dtype != torch.float32:
+            x = x.float()
+    ds = Dataset(x=x, y=y_t, classes=names, g=g, groups=None if groups is None else [str(s) for s in groups], name=name)
+    return ds
+
+
+def _collect(loader: Any) -> list[torch.Tensor]:
+    cols: list[list[torch.Tensor]] | None = None
+    for batch in loader:
+        if isinstance(batch, dict):
+            batch = [batch[k] for k in ("x", "y", "g") if k in batch] or list(batch.values())
+        if not isinstance(batch, (list, tuple)) or len(batch) not in (2, 3):
+            raise DataError(f"a DataLoader batch must be (x, y) or (x, y, g), got a {type(batch).__name__}; "
+                            "wrap the data as TensorDataset(x, y)")
+        if cols is None:
+            cols = [[] for _ in batch]
+        for c, t in zip(cols, batch):
+            c.append(torch.as_tensor(t))
+    if not cols:
+        raise DataError("the DataLoader yielded no batches; check its dataset")
+    return [torch.cat(c) for c in cols]
+
+
+def as_dataset(data: Any, *, classes: Any = None, groups: Sequence[str] | None = None, name: str = "") -> Dataset:
+    """Turn ``data`` into a validated :class:`Dataset`.
+
+    Accepts a robfair ``Dataset``; ``(x, y)`` or ``(x, y, g)`` as torch tensors or numpy arrays (images
+    (N, C, H, W), (N, H, W, C) or (N, H, W), float in [0, 1] or uint8); a ``TensorDataset``; a
+    ``DataLoader`` (iterated once, in its order) or any map-style torch dataset yielding ``(x, y)``.
+    ``classes``: class names (or a count; default "0".."K-1"); ``groups``: names of the group ids ``g``."""
+    from torch.utils.data import DataLoader, Dataset as TorchDataset, TensorDataset
+
+    if isinstance(data, Dataset):
+        ds = data
+        if classes is not None and _names(classes, ds.num_classes) != list(ds.classes):
+            raise DataError(f"classes {list(classes)} given for a dataset that names its classes {ds.classes}; "
+                            "drop classes= or state the model's order with audit(..., classes=)")
+    elif isinstance(data, (tuple, list)):
+        ds = _from_arrays(list(data), classes, groups, name)
+    elif isinstance(data, TensorDataset):
+        ds = _from_arrays(list(data.tensors), classes, groups, name)
+    elif isinstance(data, DataLoader):
+        ds = _from_arrays(_collect(data), classes, groups, name)
+    elif isinstance(data, TorchDataset) and hasattr(data, "__len__"):
+        ds = _from_arrays(_collect(DataLoader(data, batch_size=256, shuffle=False)), classes, groups, name)
+    else:
+        raise DataError(f"cannot audit a {type(data).__name__}; pass {FORMS}")
+    return ds.validate()
+
+
+# ---------------------------------------------------------------------------------------------- subsets
+def subsample(ds: Dataset, *, limit: int | None = None, per_class: int | None = None, seed: int = 0) -> Dataset:
+    """A seeded, stratified subset, in the dataset's order.
+
+    ``per_class=N``: N samples of every class (all of a smaller class); ``limit=N``: N samples in all,
+    spread over the classes in proportion to their sizes (largest remainders get the extra ones).
+    Draws use numpy's ``RandomState(seed)``, so a seed gives the same subset across versions."""
+    if limit is None and per_class is None:
+        return ds
+    labels = ds.y.cpu().numpy()
+    classes = np.unique(labels)
+    members = {int(c): np.flatnonzero(labels == c) for c in classes}
+    rs = np.random.RandomState(int(seed) % 2**32)
+    order = {c: m[rs.permutation(m.size)] for c, m in members.items()}
+    take = {c: m.size for c, m in members.items()}
+    if per_class is not None:
+        take = {c: min(int(per_class), n) for c, n in take.items()}
+        small = [ds.classes[c] for c, n in members.items() if n.size < int(per_class)]
+        if small:
+            log.info("per_class=%d: classes %s have fewer samples; all of them are kept", per_class, small)
+    if limit is not None and int(limit) < sum(take.values()):
+        total = sum(take.values())
+        quota = {c: int(limit) * n / total for c, n in take.items()}
+        alloc = {c: int(np.floor(q)) for c, q in quota.items()}
+        rest = int(limit) - sum(alloc.values())
+        for c in sorted(quota, key=lambda c: (-(quota[c] - alloc[c]), c))[:rest]:
+            alloc[c] += 1
+        take = alloc
+    idx = np.sort(np.concatenate([order[c][:take[c]] for c in order])) if order else np.zeros(0, dtype=np.int64)
+    return ds.subset(torch.from_numpy(idx.astype(np.int64)))
+
+
+# ---------------------------------------------------------------------------------------------- class order
+def _default_names(names: Sequence[str]) -> bool:
+    return list(names) == [str(i) for i in range(len(names))]
+
+
+def check_class_order(model_classes: Sequence[str] | None, data_classes: Sequence[str], *, what: str = "the model") -> None:
+    """``DataError`` when a model's stored class names differ from the dataset's (order included).
+    Unnamed classes ("0", "1", ...) on either side cannot be checked and pass."""
+    if model_classes is None or _default_names(model_classes) or _default_names(data_classes):
+        return
+    if list(model_classes) != list(data_classes):
+        same = sorted(model_classes) == sorted(data_classes)
+        raise DataError(f"{what} predicts classes {list(model_classes)} but the dataset's labels are "
+                        f"{list(data_classes)}{' (same names, other order)' if same else ''}; state the mapping with "
+                        "--class-map (Python: audit(..., classes=[...])) or pick the matching data")
+
+
+def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    """``--class-map``: ``model`` (use the model's stored order), ``DATA=MODEL,...`` renames (then the
+    model's order), a comma list of the model's classes in output order, or a .json/.yaml file with
+    such a list or mapping. Returns (model classes in output order, renames dataset->model)."""
+    from pathlib import Path
+
+    import yaml
+
+    value: Any = text
+    p = Path(str(text)).expanduser()
+    if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file():
+        value = yaml.safe_load(p.read_text(encoding="utf-8"))
+    elif isinstance(text, str) and text.strip().lower() == "model":
+        value = None
+    elif isinstance(text, str) and "=" in text:
+        value = dict(item.split("=", 1) for item in text.split(",") if item.strip())
+        value = {k.strip(): v.strip() for k, v in value.items()}
+    elif isinstance(text, str):
+        value = [s.strip() for s in text.split(",") if s.strip()]
+    renames: dict[str, str] = {}
+    if isinstance(value, Mapping):
+        renames = {str(k): str(v) for k, v in value.items()}
+        value = None
+    if value is None:
+        if model_classes is None:
+            raise DataError("--class-map needs the model's class names, but the model file does not store them; "
+                            "list them in output order, e.g. --class-map cat,dog,frog")
+        return list(model_classes), renames
+    if not isinstance(value, list) or not value:
+        raise DataError(f"--class-map {text!r} is not valid; write 'model', DATA=MODEL pairs, or the model's classes in order")
+    return [str(v) for v in value], renames
+
+
+def with_class_order(ds: Dataset, classes: Sequence[str], renames: Mapping[str, str] | None = None) -> Dataset:
+    """``ds`` with labels re-indexed to ``classes`` (a model's output order), matching class names
+    after applying ``renames`` (dataset name -> model name). Every dataset class must be in ``classes``."""
+    classes = [str(c) for c in classes]
+    if len(set(classes)) != len(classes):
+        raise DataError(f"classes {classes} are not unique; give each output its own name")
+    renames = dict(renames or {})
+    unknown = [k for k in renames if k not in ds.classes]
+    if unknown:
+        raise DataError(f"class map renames {unknown}, which the dataset does not have; its classes are {ds.classes}")
+    names = [renames.get(c, c) for c in ds.classes]
+    missing = [c for c in names if c not in classes]
+    if missing:
+        raise DataError(f"dataset classes {missing} are not among the model's classes {classes}; map them with "
+                        "--class-map DATA=MODEL (Python: classes=[...] in the model's output order)")
+    if names == classes:
+        return ds
+    lut = torch.tensor([classes.index(c) for c in names], dtype=torch.int64, device=ds.y.device)
+    return Dataset(x=ds.x, y=lut[ds.y], classes=classes, g=ds.g, groups=ds.groups, name=ds.name).validate()
+
+
+# ---------------------------------------------------------------------------------------------- audit entry
+def _widen_to_model(model: Any, ds: Dataset) -> Dataset:
+    """Unnamed classes counted from the labels: a model with more outputs than the largest label + 1
+    gets that many classes (classes absent from these samples are simply empty)."""
+    try:
+        dev = next(iter(model.parameters())).device
+    except (StopIteration, AttributeError, RuntimeError):
+        dev = torch.device("cpu")
+    was_training = model.training
+    model.eval()  # never a train-mode forward: it would update BatchNorm statistics
+    try:
+        with torch.no_grad():
+            out = model(ds.images(slice(0, 1)).to(dev))
+    except Exception:  # the audit's own model check reports a model that does not fit the data
+        return ds
+    finally:
+        model.train(was_training)
+    k = int(out.shape[-1]) if out.ndim == 2 else ds.num_classes
+    if k <= ds.num_classes:
+        return ds
+    return Dataset(x=ds.x, y=ds.y, classes=[str(i) for i in range(k)], g=ds.g, groups=ds.groups, name=ds.name)
+
+
+def audit_inputs(model: Any, data: Any, *, mean: Any = None, std: Any = None,
+                 classes: Sequence[str] | None = None) -> tuple[Any, Dataset]:
+    """What :func:`robfair.audit` does first: ``data`` as a :class:`Dataset` (:func:`as_dataset`),
+    ``model`` wrapped in ``Normalized`` when ``mean``/``std`` (or a preset name) are given, and the
+    labels put in the model's class order: ``classes`` states that order (labels are re-indexed by
+    name); without it, class names stored with the model must equal the dataset's."""
+    from ..models.base import with_normalization
+    from ..models.sources import model_classes
+
+    if isinstance(data, Dataset) and len(data) == 0:
+        raise DataError("the dataset is empty; check the path and the split")
+    ds = as_dataset(data, classes=None if isinstance(data, Dataset) else classes)
+    model = with_normalization(model, mean, std, channels=ds.in_shape[0])
+    if not isinstance(data, Dataset) and classes is None and _default_names(ds.classes):
+        ds = _widen_to_model(model, ds)
+    if classes is not None:
+        ds = with_class_order(ds, list(classes))
+    else:
+        check_class_order(model_classes(model), ds.classes)
+    return model, ds

@@ -1,0 +1,507 @@
+"""Every way a researcher's model reaches robfair: one function, :func:`load_any`.
+
+    model, meta = load_any("runs/at/checkpoints/best.pt")                    # a robfair checkpoint
+    model, meta = load_any("net.ts")                                         # TorchScript (jit.script / jit.trace)
+    model, meta = load_any("net.pt2")                                        # torch.export program
+    model, meta = load_any("weights.pt", arch="mynet.py:SmallCNN", arch_kwargs={"width": 32})   # state dict
+    model, meta = load_any("weights.safetensors", arch="mynet.py:build")     # safetensors
+    model, meta = load_any("robustbench:Standard", model_dir="models")       # models/cifar10/Linf/Standard.pt
+
+The format is read from the file's content, not its extension: a torch zip archive with ``code/``
+and ``constants.pkl`` entries is TorchScript, one with ``archive_format`` / ``models/*.json`` is a
+``torch.export`` program, a file that starts with a little-endian header length and a JSON header is
+safetensors, any other torch file is read with ``torch.load(weights_only=True)`` (never unpickling
+code) and is either a robfair checkpoint or a state dict (possibly nested under ``state_dict`` /
+``model``, keys possibly prefixed ``module.`` / ``_orig_mod.``). Nothing is ever downloaded.
+
+``meta`` has ``source`` (which form loaded), ``path``, ``classes`` (the class names the file stores,
+or None), ``spec`` (the robfair architecture spec, or None) and ``extra``. The model is in eval mode,
+on the CPU (``map_location``), and carries ``robfair_classes`` when the file names its classes, so
+:func:`robfair.audit` can refuse a dataset whose class order differs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import struct
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from . import checkpoint as _ckpt
+
+log = logging.getLogger(__name__)
+
+#: the forms ``--model`` accepts, for error messages
+FORMS = ("a robfair checkpoint (.pt from `robfair train` / save_checkpoint)",
+         "TorchScript (torch.jit.save)", "a torch.export program (.pt2, torch.export.save)",
+         "a state dict (.pt, weights_only) or .safetensors file with --arch FILE.py:NAME",
+         "robustbench:NAME (a file in RobustBench's MODEL_DIR/<dataset>/<threat>/<NAME>.pt layout)")
+
+_NESTED_KEYS = ("state_dict", "model_state_dict", "model", "net", "ema", "model_ema")
+_CLASS_KEYS = ("classes", "class_names")
+
+#: standard CIFAR-10 label order (RobustBench's models predict in this order)
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+_CIFAR10 = (0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616)
+
+#: RobustBench entries whose definitions robfair's own architectures reproduce exactly
+#: (robustbench/model_zoo/cifar10.py): name -> (robfair model, kwargs, mean, std).
+#: ``sub_block1`` weights (stored, unused by the forward pass) are dropped.
+ROBUSTBENCH_BUILTIN: dict[tuple[str, str, str], tuple[str, dict[str, Any], Any, Any]] = {
+    ("cifar10", "Linf", "Standard"): ("wrn", {"depth": 28, "widen": 10}, None, None),
+    ("cifar10", "L2", "Standard"): ("wrn", {"depth": 28, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Carmon2019Unlabeled"): ("wrn", {"depth": 28, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Sehwag2020Hydra"): ("wrn", {"depth": 28, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Wang2020Improving"): ("wrn", {"depth": 28, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Hendrycks2019Using"): ("wrn", {"depth": 28, "widen": 10}, 0.5, 0.5),  # 2x - 1
+    ("cifar10", "Linf", "Zhang2019Theoretically"): ("wrn", {"depth": 34, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Huang2020Self"): ("wrn", {"depth": 34, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Zhang2019You"): ("wrn", {"depth": 34, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Zhang2020Attacks"): ("wrn", {"depth": 34, "widen": 10}, None, None),
+    ("cifar10", "Linf", "Rice2020Overfitting"): ("wrn", {"depth": 34, "widen": 20}, *_CIFAR10),
+    ("cifar10", "L2", "Rice2020Overfitting"): ("preact-resnet18", {}, *_CIFAR10),
+    ("cifar10", "L2", "Rony2019Decoupling"): ("wrn", {"depth": 28, "widen": 10},
+                                              (0.491, 0.482, 0.447), (0.247, 0.243, 0.262)),
+}
+_RB_SHAPES = {"cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32))}
+
+
+def forms_hint() -> str:
+    return "; ".join(FORMS)
+
+
+# ============================================================================== detection
+def detect_format(path: Path) -> str:
+    """``"torchscript"``, ``"export"``, ``"torch"`` (a torch.save file), ``"safetensors"`` or ``"unknown"``,
+    from the file's bytes (nothing is unpickled or executed)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return "unknown"
+        tails = {n.split("/", 1)[1] if "/" in n else n for n in names}
+        if "archive_format" in tails or any(t.startswith("models/") and t.endswith(".json") for t in tails) \
+                or any(t.startswith("serialized_exported_program") for t in tails):
+            return "export"
+        if "constants.pkl" in tails or any(t.startswith("code/") for t in tails):
+            return "torchscript"
+        if "data.pkl" in tails:
+            return "torch"
+        return "unknown"
+    if len(head) >= 9:
+        (n,) = struct.unpack("<Q", head[:8])
+        if head[8:9] == b"{" and 0 < n <= path.stat().st_size - 8:
+            return "safetensors"
+    if head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):  # a legacy (non-zip) torch pickle
+        return "torch"
+    return "unknown"
+
+
+# ============================================================================== architectures
+def import_arch(arch: str) -> Any:
+    """``"path/to/file.py:NAME"`` or ``"package.module:NAME"`` -> the class or factory ``NAME``.
+
+    The file is the user's own code and runs on import (as ``python file.py`` would)."""
+    if not isinstance(arch, str) or ":" not in arch:
+        raise ModelError(f"--arch {arch!r} must be FILE.py:NAME or module:NAME, e.g. --arch mynet.py:SmallCNN")
+    where, _, name = arch.rpartition(":")
+    if not where or not name.isidentifier():
+        raise ModelError(f"--arch {arch!r} must be FILE.py:NAME with NAME a class or function, e.g. mynet.py:SmallCNN")
+    file = Path(where).expanduser()
+    if where.endswith(".py") or file.exists():
+        if not file.is_file():
+            raise ModelError(f"--arch file {file} does not exist; pass the .py file that defines {name}")
+        mod_name = f"robfair_user_arch_{abs(hash(str(file.resolve())))}"
+        spec = importlib.util.spec_from_file_location(mod_name, file)
+        if spec is None or spec.loader is None:
+            raise ModelError(f"cannot import {file}; pass a Python source file (.py)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            del sys.modules[mod_name]
+            raise ModelError(f"importing {file} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
+                             "fix the file so `python FILE.py` runs") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise ModelError(f"--arch module '{where}' cannot be imported ({e}); pass FILE.py:NAME or an installed module") from None
+    obj = getattr(module, name, None)
+    if obj is None or not callable(obj):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                       and v.__module__ == module.__name__)
+        raise ModelError(f"{where} has no class or function '{name}'"
+                         + (f"; it defines: {', '.join(found)}" if found else "") + " - pass --arch FILE.py:NAME")
+    return obj
+
+
+def build_arch(arch: Any, arch_kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+    """Build the user's architecture (a spec string, class or factory) with ``arch_kwargs``."""
+    factory = import_arch(arch) if isinstance(arch, str) else arch
+    kwargs = dict(arch_kwargs or {})
+    try:
+        net = factory(**kwargs)
+    except TypeError as e:
+        raise ModelError(f"building {getattr(factory, '__name__', factory)}(**{kwargs}) failed ({e}); "
+                         "pass the constructor's arguments with --arch-kwargs '{\"width\": 32}'") from None
+    if not isinstance(net, nn.Module):
+        raise ModelError(f"{getattr(factory, '__name__', factory)} returned a {type(net).__name__}, not a torch.nn.Module; "
+                         "pass a module class or a function that returns one")
+    return net
+
+
+def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
+    """``--arch-kwargs``: inline JSON/YAML (``'{"width": 32}'``, ``'width: 32'``) or a .json/.yaml file."""
+    if text is None or not str(text).strip():
+        return {}
+    import yaml
+
+    p = Path(str(text)).expanduser()
+    src = p.read_text(encoding="utf-8") if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file() else str(text)
+    try:
+        value = yaml.safe_load(src)  # YAML is a superset of JSON
+    except yaml.YAMLError as e:
+        raise ModelError(f"--arch-kwargs {text!r} is not JSON/YAML ({str(e).splitlines()[0]}); write e.g. '{{\"width\": 32}}'") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ModelError(f"--arch-kwargs must be a mapping of argument names to values, got {value!r}; write e.g. '{{\"width\": 32}}'")
+    return value
+
+
+# ============================================================================== state dicts
+def _is_state(obj: Any) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+
+
+def find_state_dict(obj: Any, path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The tensors of a (possibly nested) checkpoint dict, and the container's other plain values."""
+    container: dict[str, Any] = {}
+    for _ in range(4):
+        if _is_state(obj):
+            return {str(k): v for k, v in obj.items()}, container
+        if not isinstance(obj, dict):
+            break
+        key = next((k for k in _NESTED_KEYS if isinstance(obj.get(k), dict)), None)
+        if key is None:
+            break
+        container = {k: v for k, v in obj.items() if k != key and not isinstance(v, (dict, torch.Tensor))} or container
+        obj = obj[key]
+    what = f"a dict with keys {sorted(map(str, obj))[:6]}" if isinstance(obj, dict) else f"a {type(obj).__name__}"
+    raise ModelError(f"{path} holds {what}, not a state dict; save model.state_dict() (optionally under a "
+                     "'state_dict' or 'model' key)")
+
+
+def _strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+
+
+def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with the key prefixes removed that keep it from matching ``model`` (``module.``,
+    ``_orig_mod.``, or one prefix shared by every key such as ``model.``)."""
+    want = set(model.state_dict())
+    cands = [state, {_ckpt._strip(k): v for k, v in state.items()}]
+    firsts = {k.split(".", 1)[0] for k in cands[1]}
+    if len(firsts) == 1 and all("." in k for k in cands[1]):
+        cands.append(_strip_prefix(cands[1], next(iter(firsts)) + "."))
+    for c in cands:
+        if set(c) == want:
+            return c
+    return max(cands, key=lambda c: len(set(c) & want))
+
+
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], path: Path, name: str) -> nn.Module:
+    """Load ``state`` into ``model`` strictly (one-line ModelError naming missing/unexpected/wrong-shape keys)."""
+    state = fit_state_dict(model, state)
+    _ckpt._load_state(model, state, path, name, fix="pass the --arch (and --arch-kwargs) the weights were saved from")
+    return model
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ModelError(f"{path} is a safetensors file; install the reader with `pip install safetensors` "
+                         "(or `pip install robfair[safetensors]`)") from None
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            return {k: f.get_tensor(k) for k in f.keys()}, dict(meta)
+    except Exception as e:
+        raise ModelError(f"cannot read {path} as safetensors ({type(e).__name__}: {str(e)[:120]}); re-save it with "
+                         "safetensors.torch.save_file") from None
+
+
+def _classes_from(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [s for s in value.replace(",", "\n").splitlines() if s.strip()]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(c, (str, int)) for c in value):
+        return [str(c).strip() for c in value]
+    return None
+
+
+# ============================================================================== exported / scripted programs
+class _FixedBatch(nn.Module):
+    """Runs a program exported for one batch size on any batch: chunks, pads the last chunk, trims."""
+
+    def __init__(self, net: nn.Module, batch: int) -> None:
+        super().__init__()
+        self.net = net
+        self.batch = batch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.batch
+        if x.shape[0] == b:
+            return self.net(x)
+        outs = []
+        for i in range(0, x.shape[0], b):
+            chunk = x[i:i + b]
+            m = chunk.shape[0]
+            if m < b:
+                chunk = torch.cat([chunk, chunk[-1:].expand(b - m, *chunk.shape[1:])])
+            outs.append(self.net(chunk)[:m])
+        return torch.cat(outs)
+
+
+class _Exported(nn.Module):
+    """A ``torch.export`` program as a module; train()/eval() do not retrace it (the program was
+    exported in the mode it will run in)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def train(self, mode: bool = True) -> "_Exported":
+        self.training = mode
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _load_export(path: Path) -> nn.Module:
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as e:
+        raise ModelError(f"cannot read {path} as a torch.export program ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
+                         f"re-export it with torch.export.save (torch {torch.__version__} reads it)") from None
+    net = ep.module()
+    batch = None
+    try:
+        inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs]
+        shape = inputs[0].meta["val"].shape if inputs else None
+        if shape is not None and isinstance(shape[0], int):
+            batch = int(shape[0])
+    except Exception:  # pragma: no cover - metadata layout differs across torch versions
+        batch = None
+    model: nn.Module = _Exported(net)
+    if batch is not None:
+        log.info("%s was exported for batch size %d; running it in chunks of that size", path, batch)
+        model = _FixedBatch(model, batch)
+    return model
+
+
+def _load_torchscript(path: Path, map_location: Any) -> tuple[nn.Module, list[str] | None]:
+    extra = {"classes": ""}
+    try:
+        with warnings.catch_warnings():  # torch deprecates TorchScript; reading a user's file is still right
+            warnings.simplefilter("ignore", DeprecationWarning)
+            net = torch.jit.load(str(path), map_location=map_location, _extra_files=extra)
+    except Exception as e:
+        raise ModelError(f"cannot read {path} as TorchScript ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
+                         "re-save it with torch.jit.save") from None
+    return net, _classes_from(extra.get("classes") or None)
+
+
+# ============================================================================== robustbench
+def robustbench_dir(model_dir: str | os.PathLike | None) -> Path:
+    """RobustBench's ``model_dir``: the argument, ``$ROBFAIR_ROBUSTBENCH_DIR``, else ``./models`` (its default)."""
+    return Path(model_dir or os.environ.get("ROBFAIR_ROBUSTBENCH_DIR") or "models").expanduser()
+
+
+def _rb_file(name: str, model_dir: Path) -> tuple[Path, str, str, str]:
+    parts = name.split("/")
+    if len(parts) == 3:
+        dataset, threat, model_name = parts
+        f = model_dir / dataset / threat / f"{model_name}.pt"
+        if not f.is_file():
+            raise ModelError(f"robustbench:{name}: {f} does not exist; place the file RobustBench downloads there "
+                             "(robfair never downloads) or pass --model-dir")
+        return f, dataset, threat, model_name
+    if len(parts) != 1 or not parts[0]:
+        raise ModelError(f"robustbench:{name} is not valid; write robustbench:NAME or robustbench:DATASET/THREAT/NAME")
+    hits = sorted(model_dir.glob(f"*/*/{name}.pt")) if model_dir.is_dir() else []
+    if not hits:
+        raise ModelError(f"robustbench:{name}: no {model_dir}/<dataset>/<threat>/{name}.pt; place RobustBench's file "
+                         "there (robfair never downloads) or pass --model-dir DIR")
+    if len(hits) > 1:
+        opts = ", ".join(f"robustbench:{h.parent.parent.name}/{h.parent.name}/{name}" for h in hits)
+        raise ModelError(f"robustbench:{name} is ambiguous in {model_dir}; choose one of: {opts}")
+    f = hits[0]
+    return f, f.parent.parent.name, f.parent.name, name
+
+
+def robustbench_keys(state: dict[str, torch.Tensor], arch: str) -> dict[str, torch.Tensor]:
+    """RobustBench's WideResNet / PreActResNet(PreActBlockV2, bn_before_fc) key names -> robfair's
+    (``Normalized(net)``: ``net.`` prefix; stages in ``layers``)."""
+    out: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if k.startswith("sub_block1.") or k in ("mu", "sigma"):
+            continue  # unused by the forward pass / normalization constants robfair sets itself
+        parts = k.split(".")
+        if arch == "wrn" and parts[0] in ("block1", "block2", "block3") and parts[1] == "layer":
+            parts = ["layers", str(int(parts[0][-1]) - 1), *parts[2:]]
+            parts = ["shortcut" if p == "convShortcut" else p for p in parts]
+        elif arch == "wrn" and parts[0] == "bn1":
+            parts[0] = "bn"
+        elif arch == "preact-resnet18" and parts[0].startswith("layer") and parts[0][5:].isdigit():
+            parts = ["layers", str(int(parts[0][5:]) - 1), *parts[1:]]
+            if len(parts) > 4 and parts[3] == "shortcut" and parts[4] == "0":
+                del parts[4]
+        out["net." + ".".join(parts)] = v
+    return out
+
+
+def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
+                     map_location: Any = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """A RobustBench model from a file already in ``MODEL_DIR/<dataset>/<threat>/<NAME>.pt``.
+
+    With the ``robustbench`` package importable its own definition is built; without it, the entries of
+    :data:`ROBUSTBENCH_BUILTIN` are built from robfair's WRN / PreAct-ResNet-18 with their normalization.
+    Weights are read with ``torch.load(weights_only=True)``; nothing is downloaded."""
+    f, dataset, threat, model_name = _rb_file(name, robustbench_dir(model_dir))
+    obj = _ckpt._torch_load(f, map_location)
+    state, _ = find_state_dict(obj, f)
+    state = {_ckpt._strip(k): v for k, v in state.items()}
+    classes = list(CIFAR10_CLASSES) if dataset == "cifar10" else None
+    meta: dict[str, Any] = {"source": "robustbench", "path": str(f), "classes": classes, "spec": None, "extra": {},
+                            "robustbench": {"dataset": dataset, "threat": threat, "name": model_name}}
+    try:
+        from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+        from robustbench.model_zoo.models import model_dicts
+    except ImportError:
+        model_dicts = None
+    if model_dicts is not None:
+        try:
+            entry = model_dicts[BenchmarkDataset(dataset)][ThreatModel(threat)][model_name]
+        except (KeyError, ValueError):
+            raise ModelError(f"robustbench has no model {dataset}/{threat}/{model_name}; check the name "
+                             "(robustbench's model zoo lists them)") from None
+        net = entry["model"]()
+        state = _strip_prefix(state, "model.") if not set(state) & set(net.state_dict()) else state
+        load_weights(net, state, f, f"robustbench {model_name}")
+        meta["architecture"] = "robustbench"
+        return net.eval(), meta
+    key = (dataset, threat, model_name)
+    if key not in ROBUSTBENCH_BUILTIN or dataset not in _RB_SHAPES:
+        known = ", ".join(f"{d}/{t}/{n}" for d, t, n in ROBUSTBENCH_BUILTIN)
+        raise ModelError(f"robustbench:{dataset}/{threat}/{model_name} needs the robustbench package for its "
+                         f"architecture (`pip install robustbench`); without it robfair builds: {known}")
+    arch, kwargs, mean, std = ROBUSTBENCH_BUILTIN[key]
+    from .factory import create
+
+    k, shape = _RB_SHAPES[dataset]
+    with torch.device("meta"):
+        model = create(arch, k, shape, mean=mean, std=std, **kwargs)
+    mapped = robustbench_keys(state, arch)
+    mapped.update({n: b for n, b in model.state_dict().items() if n in ("mean", "std")})
+    mapped["mean"] = torch.tensor(model.robfair_spec["mean"] or [0.0] * 3).view(1, -1, 1, 1)
+    mapped["std"] = torch.tensor(model.robfair_spec["std"] or [1.0] * 3).view(1, -1, 1, 1)
+    _ckpt._load_state(model, mapped, f, f"robustbench {model_name} ({arch} {kwargs})",
+                      fix="the file does not hold this RobustBench entry; install robustbench for its own definition")
+    meta["spec"] = model.robfair_spec
+    meta["architecture"] = f"robfair {arch}"
+    return model.eval(), meta
+
+
+# ============================================================================== the entry point
+def _tag(model: nn.Module, classes: list[str] | None) -> nn.Module:
+    if classes is not None:
+        try:
+            model.robfair_classes = list(classes)
+        except (AttributeError, RuntimeError, TypeError):  # e.g. a ScriptModule refusing new attributes
+            pass
+    return model
+
+
+def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[str, Any] | None = None,
+             model_dir: str | os.PathLike | None = None, map_location: Any = "cpu") -> tuple[nn.Module, dict[str, Any]]:
+    """Load a model from any supported form (see the module doc); returns ``(model in eval mode, meta)``.
+
+    ``arch``: ``"FILE.py:NAME"``, ``"module:NAME"``, a class or a factory, required for a bare state
+    dict or a safetensors file; ``arch_kwargs`` its constructor arguments. ``model_dir``: RobustBench's
+    model folder for ``robustbench:NAME``. Raises a one-line :class:`ModelError` naming the forms."""
+    if isinstance(spec, str) and spec.startswith("robustbench:"):
+        if arch is not None:
+            raise ModelError("robustbench models bring their architecture; drop --arch")
+        model, meta = load_robustbench(spec.split(":", 1)[1], model_dir=model_dir, map_location=map_location)
+        return _tag(model, meta["classes"]), meta
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelError(f"model {path} does not exist; pass one of: {forms_hint()}")
+    if path.is_dir():
+        raise ModelError(f"model {path} is a directory; pass the file inside it (e.g. {path}/checkpoints/best.pt)")
+    kind = detect_format(path)
+    base = {"path": str(path), "spec": None, "extra": {}}
+    if kind == "torchscript":
+        if arch is not None:
+            raise ModelError(f"{path} is TorchScript, which brings its architecture; drop --arch")
+        net, classes = _load_torchscript(path, map_location)
+        return _tag(net.eval(), classes), {**base, "source": "torchscript", "classes": classes}
+    if kind == "export":
+        if arch is not None:
+            raise ModelError(f"{path} is a torch.export program, which brings its architecture; drop --arch")
+        return _load_export(path), {**base, "source": "export", "classes": None}
+    if kind == "safetensors":
+        state, smeta = _read_safetensors(path)
+        if arch is None:
+            raise ModelError(f"{path} is a safetensors file of weights only; pass the architecture with "
+                             "--arch FILE.py:NAME (Python: arch=...)")
+        classes = _classes_from(smeta.get("classes")) if smeta.get("classes") else None
+        net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
+        return _tag(net.eval(), classes), {**base, "source": "safetensors", "classes": classes, "extra": smeta}
+    if kind == "unknown":
+        text = path.read_bytes()[:64]
+        what = "a git-lfs pointer (run `git lfs pull`)" if text.startswith(b"version https://git-lfs") else "none of them"
+        raise ModelError(f"{path} is {what}; --model takes: {forms_hint()}")
+    # a torch.save file: robfair checkpoint, or a state dict for --arch
+    obj = _ckpt._torch_load(path, map_location)
+    if isinstance(obj, dict) and obj.get("format") == _ckpt.FORMAT:
+        if arch is not None:
+            raise ModelError(f"{path} is a robfair checkpoint, which names its architecture; drop --arch")
+        model, meta = _ckpt.load_checkpoint(path, map_location)
+        return _tag(model, meta["classes"]), {**meta, "path": str(path), "source": "robfair-checkpoint"}
+    state, container = find_state_dict(obj, path)
+    if arch is None:
+        raise ModelError(f"{path} is a state dict (weights without their architecture); pass --arch FILE.py:NAME "
+                         "(and --arch-kwargs) for the model class it was saved from, or save the model as TorchScript "
+                         "(torch.jit.save) or torch.export (.pt2)")
+    classes = next((_classes_from(container[k]) for k in _CLASS_KEYS if k in container), None)
+    net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
+    return _tag(net.eval(), classes), {**base, "source": "state-dict", "classes": classes,
+                                        "extra": {k: v for k, v in container.items() if k not in _CLASS_KEYS}}
+
+
+def model_classes(model: nn.Module) -> list[str] | None:
+    """The class names a loaded model predicts, in output order, when its file named them."""
+    c = getattr(model, "robfair_classes", None)
+    return list(c) if isinstance(c, (list, tuple)) else None
