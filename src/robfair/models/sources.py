@@ -408,6 +408,8 @@ def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
                              "(robustbench's model zoo lists them)") from None
         net = entry["model"]()
         state = _strip_prefix(state, "model.") if not set(state) & set(net.state_dict()) else state
+        own = net.state_dict()
+        state.update({k: own[k] for k in ("mu", "sigma") if k in own and k not in state})  # constants set in __init__
         load_weights(net, state, f, f"robustbench {model_name}")
         meta["architecture"] = "robustbench"
         return net.eval(), meta
@@ -423,7 +425,6 @@ def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
     with torch.device("meta"):
         model = create(arch, k, shape, mean=mean, std=std, **kwargs)
     mapped = robustbench_keys(state, arch)
-    mapped.update({n: b for n, b in model.state_dict().items() if n in ("mean", "std")})
     mapped["mean"] = torch.tensor(model.robfair_spec["mean"] or [0.0] * 3).view(1, -1, 1, 1)
     mapped["std"] = torch.tensor(model.robfair_spec["std"] or [1.0] * 3).view(1, -1, 1, 1)
     _ckpt._load_state(model, mapped, f, f"robustbench {model_name} ({arch} {kwargs})",
