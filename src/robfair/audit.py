@@ -28,6 +28,7 @@ import torch
 from . import __version__
 from .errors import AttackError, DataError, ModelError, RobfairError
 from .metrics import GroupReport
+from .metrics.views import ReportViews
 from .utils import parse_eps, resolve_device
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass
-class AuditReport:
+class AuditReport(ReportViews):
     """Per-attack :class:`~robfair.metrics.GroupReport` objects plus the worst case over attacks.
 
     ``reports`` maps an attack name to its report; with more than one attack it also holds

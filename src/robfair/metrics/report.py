@@ -29,6 +29,7 @@ import pandas as pd
 from ..errors import ConfigError, DataError, RobfairError
 from ..utils import parse_eps
 from .counts import Counts, as_numpy
+from .views import ReportViews
 
 __all__ = ["GroupReport", "wilson", "seed_summary", "SCHEMA", "RATES"]
 
@@ -170,7 +171,7 @@ def _same_eps(a: float | str | None, b: float | str | None) -> bool:
 
 # ---------------------------------------------------------------------------------------- report
 @dataclass(frozen=True, eq=False)
-class GroupReport:
+class GroupReport(ReportViews):
     """Per-group (and per-class) robustness of one model under one attack at one eps.
 
     Built from counts only, so reports merge exactly (``merge``/``+``) and ``from_json`` restores

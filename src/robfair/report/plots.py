@@ -70,6 +70,40 @@ def _err(val: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 # ============================================================================== the demo / audit --plot chart
+def draw_classwise(ax: Any, rep: Any, label: str = "", *, by: str = "group", legend: bool = False) -> None:
+    """One panel of :func:`classwise_bars` on matplotlib axes ``ax``: per-group (``by="class"``: per-class)
+    clean and robust accuracy (percent) with 95% Wilson intervals, the robust average dashed, the worst
+    group(s) red. ``rep``: a GroupReport or an AuditReport (its worst case); ``legend``: a legend on the axes."""
+    rep = getattr(rep, "main", rep)
+    label = plain(label)
+    df = rep.by_group if by == "group" else rep.by_class
+    idx = np.arange(len(df))
+    w = 0.38
+    for off, col, color, name in ((-w / 2, "clean_acc", CLEAN, "clean"), (w / 2, "rob_acc", ROBUST, "robust")):
+        val = 100 * df[col].to_numpy(dtype=float)
+        err = _err(val, 100 * df[f"{col}_lo"].to_numpy(dtype=float), 100 * df[f"{col}_hi"].to_numpy(dtype=float))
+        colors = [color] * len(df)
+        if col == "rob_acc":
+            for i in tied_min(val):
+                colors[i] = WORST
+        ax.bar(idx + off, val, w, yerr=err, color=colors, label=f"{name} accuracy", capsize=2,
+               error_kw={"lw": 0.8, "ecolor": "#333333"})
+    avg = 100 * rep.overall["rob_acc"]
+    ax.axhline(avg, color=AVG, ls="--", lw=1.1, zorder=5)
+    worst = tied_min(df["rob_acc"].to_numpy(dtype=float))
+    agg = rep.aggregates()["rob_acc"]
+    wnames = ", ".join(plain(df.index[i]) for i in worst[:4]) + (f" and {len(worst) - 4} more, tied" if len(worst) > 4 else "")
+    head = f"{label}: " if label else ""
+    ax.set_title(f"{head}robust accuracy avg {100 * agg['avg']:.1f}%, worst {100 * agg['worst']:.1f}% "
+                 f"({wnames}), gap {100 * agg['gap']:.1f} points", fontsize=10, loc="left")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    ax.grid(axis="y", alpha=0.3)
+    _tick_style(ax, [str(c) for c in df.index], worst)
+    if legend:
+        ax.legend(loc="lower right", fontsize=8)
+
+
 def classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str = "", by: str = "group") -> Path:
     """Per-group clean and robust accuracy (percent) with 95% Wilson intervals, one panel per model,
     the robust average as a dashed line and the worst group(s) in red (ties all marked).
@@ -92,29 +126,7 @@ def _classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str,
     fig, axes = plt.subplots(len(items), 1, figsize=(max(7.0, 0.55 * k + 2.5), 3.3 * len(items) + 0.6),
                              squeeze=False)
     for ax, (label, rep) in zip(axes[:, 0], items):
-        df = rep.by_group if by == "group" else rep.by_class
-        idx = np.arange(len(df))
-        w = 0.38
-        for off, col, color, name in ((-w / 2, "clean_acc", CLEAN, "clean"), (w / 2, "rob_acc", ROBUST, "robust")):
-            val = 100 * df[col].to_numpy(dtype=float)
-            err = _err(val, 100 * df[f"{col}_lo"].to_numpy(dtype=float), 100 * df[f"{col}_hi"].to_numpy(dtype=float))
-            colors = [color] * len(df)
-            if col == "rob_acc":
-                for i in tied_min(val):
-                    colors[i] = WORST
-            ax.bar(idx + off, val, w, yerr=err, color=colors, label=f"{name} accuracy", capsize=2,
-                   error_kw={"lw": 0.8, "ecolor": "#333333"})
-        avg = 100 * rep.overall["rob_acc"]
-        ax.axhline(avg, color=AVG, ls="--", lw=1.1, zorder=5)
-        worst = tied_min(df["rob_acc"].to_numpy(dtype=float))
-        agg = rep.aggregates()["rob_acc"]
-        wnames = ", ".join(plain(df.index[i]) for i in worst[:4]) + (f" and {len(worst) - 4} more, tied" if len(worst) > 4 else "")
-        ax.set_title(f"{label}: robust accuracy avg {100 * agg['avg']:.1f}%, worst {100 * agg['worst']:.1f}% "
-                     f"({wnames}), gap {100 * agg['gap']:.1f} points", fontsize=10, loc="left")
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("accuracy (%)")
-        ax.grid(axis="y", alpha=0.3)
-        _tick_style(ax, [str(c) for c in df.index], worst)
+        draw_classwise(ax, rep, label, by=by)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
