@@ -47,6 +47,7 @@ from . import train as _train  # noqa: F401,E402
 from . import study as _study  # noqa: F401,E402
 from . import theory as _theory  # noqa: F401,E402
 from . import certify as _certify  # noqa: F401,E402
+from . import leaderboard as _leaderboard  # noqa: F401,E402
 
 __all__ = ["app", "main", "error_line"]
 

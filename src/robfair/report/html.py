@@ -409,9 +409,10 @@ def default_title(paths: Sequence[str | Path]) -> str:
 
 def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | None = None, description: str = "",
                  baseline: str | None = None, n_boot: int = 1000, figures: bool = True,
-                 extra_warnings: Sequence[str] = ()) -> ReportPaths:
+                 extra_warnings: Sequence[str] = (), lead_tables: Sequence[Table] = ()) -> ReportPaths:
     """Write ``out`` (HTML), ``out`` with ``.md`` and ``<stem>_tables/*.csv``. Everything is computed
-    before the first file is written. ``title`` defaults to the runs' common folder."""
+    before the first file is written. ``title`` defaults to the runs' common folder; ``lead_tables``
+    come first (e.g. the leaderboard)."""
     from .. import __version__
 
     entries = list(entries)
@@ -420,7 +421,7 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
         paths = [e.path for e in entries if e.path is not None]
         common = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths])) if paths else None
         title = default_title([common]) if common is not None else "robfair report"
-    tables = paper_tables(entries, baseline=baseline, n_boot=n_boot, extra_warnings=extra_warnings)
+    tables = [*lead_tables, *paper_tables(entries, baseline=baseline, n_boot=n_boot, extra_warnings=extra_warnings)]
     figs: list[Figure] = []
     if figures:
         figs = [overview_figure(entries), class_run_heatmap(entries)]

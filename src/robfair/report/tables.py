@@ -298,6 +298,45 @@ def tied_names(rep: Any, rate: str = "rob_acc", limit: int = 3) -> str:
     return ", ".join(names[:limit]) + (f" +{len(names) - limit}" if len(names) > limit else "") + f" (tied, {len(names)})"
 
 
+def rank_by_worst(entries: Sequence[RunEntry], rate: str = "rob_acc") -> list[RunEntry]:
+    """``entries`` best first by worst-group ``rate`` (ties: higher average first; NaN last)."""
+    def key(e: RunEntry) -> tuple[float, float]:
+        a = e.report.aggregates()[rate]
+        w, m = a["worst"], a["avg"]
+        return (-w if math.isfinite(w) else math.inf, -m if math.isfinite(m) else math.inf)
+
+    return sorted(entries, key=key)
+
+
+def leaderboard_table(entries: Sequence[RunEntry], stats: _Stats | int = 1000) -> Table:
+    """Models ranked by worst-class (worst-group) robust accuracy: rank, clean avg, robust avg, worst
+    and gap with their intervals (Wilson for averages, stratified bootstrap for worst and gap)."""
+    stats = _Stats(stats) if isinstance(stats, int) else stats
+    ranked = rank_by_worst(entries)
+    cols = [("clean avg", "clean_acc", "avg"), ("robust avg", "rob_acc", "avg"), ("robust worst", "rob_acc", "worst"),
+            ("robust gap", "rob_acc", "gap")]
+    columns = ["rank", "model", "source", "n"] + [c for c, _, _ in cols] + ["worst class"]
+    rows, records, emph = [], [], []
+    for i, e in enumerate(ranked, 1):
+        s = Setting(e.name, [e])
+        row = [str(i), e.name, str(e.config.get("model", "")), str(e.report.n)]
+        rec: dict[str, Any] = {"rank": i, "model": e.name, "source": e.config.get("model", ""), "n": e.report.n}
+        for lab, rate, stat in cols:
+            text, nums = stats.cell(s, rate, stat)
+            row.append(text)
+            rec.update({f"{rate}_{stat}": nums["value"], f"{rate}_{stat}_lo": nums["lo"], f"{rate}_{stat}_hi": nums["hi"]})
+        worst = str(stats.agg(e.report)["rob_acc"]["worst_group"])
+        row.append(worst)
+        rec["worst_class"] = worst
+        rows.append(row)
+        records.append(rec)
+        emph.append([False] * 6 + [i == 1] + [False] * 2)
+    note = ("Percent, ranked by worst-class robust accuracy (robust = worst case over the attacks, the same attacks, "
+            "eps and samples for every model). Intervals: 95% Wilson for averages, stratified bootstrap for worst and "
+            "gap; overlapping intervals mean the ranking between those models is not settled by these samples.")
+    return Table("leaderboard", "Worst-class robust accuracy leaderboard", columns, rows, pd.DataFrame(records), note, emph)
+
+
 def _rho(w: float, wb: float, a: float, ab: float) -> float:
     if not wb or not ab or not all(map(math.isfinite, (w, wb, a, ab))):
         return math.nan

@@ -1,0 +1,116 @@
+"""``robfair leaderboard``: several models, the same data, attacks and eps; ranked by worst-class robust accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table as RichTable
+
+from ..errors import ConfigError
+from ..utils import parse_eps
+from .app import _Bars, _check_classes, _model_label, _parse_stats, _progress, app, console, load_model_arg
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if seen[lab] == 1 and labels.count(lab) == 1 else f"{lab}#{seen[lab]}")
+    return out
+
+
+def _needs_arch(model: str) -> bool:
+    """True for weights-only files (a state dict, safetensors): those take the shared --arch."""
+    if model.startswith("robustbench:"):
+        return False
+    from ..models.checkpoint import FORMAT, _torch_load
+    from ..models.sources import detect_format
+
+    p = Path(model).expanduser()
+    if not p.is_file():
+        return False
+    kind = detect_format(p)
+    if kind == "safetensors":
+        return True
+    if kind != "torch":
+        return False
+    obj = _torch_load(p, "cpu")
+    return not (isinstance(obj, dict) and obj.get("format") == FORMAT)
+
+
+@app.command()
+def leaderboard(
+    models: List[str] = typer.Argument(..., help="Models in any --model form (checkpoint, TorchScript, .pt2, "
+                                       "state dict/.safetensors with --arch, robustbench:NAME)."),
+    data: str = typer.Option(..., "--data", "-d", help="NAME[:PATH][,limit=N][,per_class=N]: the same samples for every model."),
+    eps: str = typer.Option(..., help="Radius for every model, e.g. 8/255."),
+    attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack; repeat for several (the worst case ranks)."),
+    split: str = typer.Option("test", help="test or train."),
+    groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME for the weights-only files among MODELS."),
+    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder (default ./models)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="Normalization for models that expect it (preset or numbers); "
+                                       "applies to every model that does not normalize itself."),
+    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset)."),
+    class_map: Optional[str] = typer.Option(None, "--class-map", help="As for audit; applied to every model."),
+    out: Path = typer.Option(Path("leaderboard.html"), "--out", "-o", help="HTML page; .md and _tables/*.csv beside it."),
+    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for the worst/gap intervals."),
+    batch_size: int = typer.Option(256, min=1),
+    device: str = typer.Option("auto"),
+    seed: int = typer.Option(0, help="Seeds the attacks' random starts (the same for every model)."),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
+) -> None:
+    """Audit several models under the same attacks and rank them by worst-class robust accuracy (table + HTML page)."""
+    from ..audit import audit as run_audit
+    from ..data import load_dataset
+    from ..models import with_normalization
+    from ..report.html import write_report
+    from ..report.tables import RunEntry, _Stats, leaderboard_table
+
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
+    if len(models) < 2:
+        raise ConfigError("a leaderboard needs at least two models; for one model use `robfair audit`")
+    eps_value = parse_eps(eps)
+    base = load_dataset(data, split=split, groups=groups)
+    loaded = []
+    for m in models:  # load (and check) every model before the first attack runs
+        use_arch = arch if arch is not None and _needs_arch(m) else None
+        net, meta = load_model_arg(m, use_arch, arch_kwargs if use_arch else None, model_dir, None, None)
+        spec = meta.get("spec") or {}
+        if (mean is not None or std is not None) and spec.get("mean") is None and spec.get("std") is None:
+            net = with_normalization(net, _parse_stats(mean, "mean"), _parse_stats(std, "std"))
+            meta = {**meta, "normalization": {"mean": mean, "std": std}}
+        ds = _check_classes(meta, base, class_map)
+        loaded.append((m, net, meta, ds))
+    entries = []
+    for label, (m, net, meta, ds) in zip(_unique([_model_label(m) for m in models]), loaded):
+        with _progress() as p:
+            rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
+                            progress=_Bars(p, prefix=f"{label}: "), classes=ds.classes)
+        rep.meta["checkpoint"] = m
+        rep.meta["model_source"] = meta.get("source")
+        entries.append(RunEntry(name=label, audit=rep, config={"data": data, "model": meta.get("source", ""),
+                                                               "method": "", "eps": eps_value}))
+    stats = _Stats(bootstrap)
+    table = leaderboard_table(entries, stats)
+    ranked = [next(e for e in entries if e.name == name) for name in table.data["model"]]
+    paths = write_report(ranked, out, title="worst-class robustness leaderboard",
+                         description=f"{len(ranked)} models on {data} ({split}), attacks {', '.join(attack)} at eps "
+                                     f"{eps_value:g}, ranked by worst-class robust accuracy.",
+                         n_boot=bootstrap, figures=figures, lead_tables=[table])
+    t = RichTable(title=table.title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in table.columns:
+        t.add_column(c, justify="left" if c in ("model", "source", "worst class") else "right")
+    for row in table.rows:
+        t.add_row(*row)
+    console.print(t)
+    console.print(table.note, highlight=False)
+    for e in ranked:
+        for w in e.audit.warnings:
+            console.print(f"[yellow]warning[/yellow] ({e.name}): {w}", highlight=False)
+    console.print(f"wrote {paths.html}, {paths.markdown} and {len(paths.tables)} CSV tables", highlight=False)
