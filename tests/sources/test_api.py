@@ -84,7 +84,7 @@ def test_mean_std_presets_and_double_normalization(tiny, arrays):
     assert resolve_normalization(None, "imagenet") == NORMALIZATION_PRESETS["imagenet"]
     with pytest.raises(ModelError, match="pass std too"):
         resolve_normalization((0.5,), None)
-    with pytest.raises(ModelError, match="preset 'mnist' is not known"):
+    with pytest.raises(ModelError, match="'mnist' is not a number or a known preset"):
         resolve_normalization("mnist", None)
     m = create("smallcnn", 3, (3, 8, 8), mean="cifar10")
     assert m.robfair_spec["std"] == list(NORMALIZATION_PRESETS["cifar10"][1])

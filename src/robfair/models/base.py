@@ -130,7 +130,7 @@ def resolve_normalization(mean: Any, std: Any) -> tuple[Any, Any]:
         if isinstance(v, str):
             key = v.strip().lower().replace("-", "")
             if key not in NORMALIZATION_PRESETS:
-                raise ModelError(f"{what} preset {v!r} is not known; use one of: {', '.join(NORMALIZATION_PRESETS)} "
+                raise ModelError(f"{what} {v!r} is not a number or a known preset; use a preset ({', '.join(NORMALIZATION_PRESETS)}) "
                                  f"or numbers, e.g. {what}=(0.5, 0.5, 0.5)")
             presets[what] = NORMALIZATION_PRESETS[key]
     if "mean" in presets:
