@@ -17,6 +17,7 @@ AUDIT = ["audit", "--attack", "fgsm", "--attack", "pgd5", "--eps", "0.03", "--bo
 
 
 def _register_tiny(mod):
+    """The tests' TinyNet as a robfair architecture, so that a robfair checkpoint can name it."""
     if "test-tinynet" not in MODELS:
         @MODELS.register("test-tinynet", help="the tests' TinyNet")
         def _factory(num_classes, in_shape, *, width: int = 6):
@@ -53,7 +54,8 @@ def files(tmp_path_factory, tiny):
 
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, d / "weights.safetensors")
     out["safetensors"] = [d / "weights.safetensors", "--arch", f"{mod.__file__}:build", "--arch-kwargs", "width: 5"]
-    return out
+    yield out
+    MODELS._entries.pop("test-tinynet", None)  # leave the registry as the other test modules expect it
 
 
 def _audit(capsys, tmp_path, model_args, data, *extra):

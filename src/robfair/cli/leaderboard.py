@@ -9,6 +9,7 @@ import typer
 from rich.table import Table as RichTable
 
 from ..errors import ConfigError
+from ..inert import term
 from ..utils import parse_eps
 from .app import _Bars, _check_classes, _model_label, _parse_stats, _progress, app, console, load_model_arg
 
@@ -63,6 +64,7 @@ def leaderboard(
     device: str = typer.Option("auto"),
     seed: int = typer.Option(0, help="Seeds the attacks' random starts (the same for every model)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:
     """Audit several models under the same attacks and rank them by worst-class robust accuracy (table + HTML page)."""
     from ..audit import audit as run_audit
@@ -75,7 +77,13 @@ def leaderboard(
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
     if len(models) < 2:
         raise ConfigError("a leaderboard needs at least two models; for one model use `robfair audit`")
+    from ..utils import check_image_eps, resolve_device
+    from .study import _check_report_out
+
+    _check_report_out(out, overwrite)  # outputs are refused before any model is loaded or attacked
+    resolve_device(device)
     eps_value = parse_eps(eps)
+    check_image_eps(eps_value, attack)
     base = load_dataset(data, split=split, groups=groups)
     loaded = []
     for m in models:  # load (and check) every model before the first attack runs
@@ -103,14 +111,14 @@ def leaderboard(
                          description=f"{len(ranked)} models on {data} ({split}), attacks {', '.join(attack)} at eps "
                                      f"{eps_value:g}, ranked by worst-class robust accuracy.",
                          n_boot=bootstrap, figures=figures, lead_tables=[table])
-    t = RichTable(title=table.title, title_justify="left", show_edge=False, pad_edge=False)
+    t = RichTable(title=table.title, title_justify="left", show_edge=False, pad_edge=False)  # cells are untrusted text
     for c in table.columns:
         t.add_column(c, justify="left" if c in ("model", "source", "worst class") else "right")
     for row in table.rows:
-        t.add_row(*row)
+        t.add_row(*(term(c) for c in row))
     console.print(t)
     console.print(table.note, highlight=False)
     for e in ranked:
         for w in e.audit.warnings:
-            console.print(f"[yellow]warning[/yellow] ({e.name}): {w}", highlight=False)
-    console.print(f"wrote {paths.html}, {paths.markdown} and {len(paths.tables)} CSV tables", highlight=False)
+            console.print(f"[yellow]warning[/yellow] ({term(e.name)}): {term(w)}", highlight=False)
+    console.print(f"wrote {term(paths.html)}, {term(paths.markdown)} and {len(paths.tables)} CSV tables", highlight=False)

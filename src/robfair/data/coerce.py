@@ -162,10 +162,15 @@ def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[lis
 
     import yaml
 
+    from ..safeio import load_yaml
+
     value: Any = text
     p = Path(str(text)).expanduser()
     if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file():
-        value = yaml.safe_load(p.read_text(encoding="utf-8"))
+        try:
+            value = load_yaml(p, "--class-map file", error=DataError)
+        except yaml.YAMLError as e:
+            raise DataError(f"--class-map file {p} is not valid YAML/JSON ({str(e).splitlines()[0]}); write a list or mapping") from None
     elif isinstance(text, str) and text.strip().lower() == "model":
         value = None
     elif isinstance(text, str) and "=" in text:

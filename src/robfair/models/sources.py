@@ -172,10 +172,13 @@ def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
         return {}
     import yaml
 
+    from ..safeio import read_text_capped, yaml_loads
+
     p = Path(str(text)).expanduser()
-    src = p.read_text(encoding="utf-8") if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file() else str(text)
+    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file()
+    src = read_text_capped(p, "--arch-kwargs file", error=ModelError) if is_file else str(text)
     try:
-        value = yaml.safe_load(src)  # YAML is a superset of JSON
+        value = yaml_loads(src, "--arch-kwargs", error=ModelError)  # YAML is a superset of JSON
     except yaml.YAMLError as e:
         raise ModelError(f"--arch-kwargs {text!r} is not JSON/YAML ({str(e).splitlines()[0]}); write e.g. '{{\"width\": 32}}'") from None
     if value is None:
