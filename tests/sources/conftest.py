@@ -42,6 +42,11 @@ def calibrate(net, x):
     return net
 
 
+@pytest.fixture(name="calibrate")
+def calibrate_fixture():
+    return calibrate
+
+
 @pytest.fixture(scope="session")
 def arch_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("arch") / "tinynet.py"

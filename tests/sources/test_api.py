@@ -109,7 +109,7 @@ def test_report_views(tiny, arrays):
 
     matplotlib.use("Agg", force=True)
     ax = rep.plot()
-    assert len(ax.patches) == 6 and "worst" in ax.get_title()
+    assert len(ax.patches) == 6 and "worst" in ax.get_title(loc="left")
     ax2 = rep["fgsm"].plot(by="class")
     assert [t.get_text() for t in ax2.get_xticklabels()] == ["a", "<b>", "c"]
 

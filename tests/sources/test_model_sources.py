@@ -104,11 +104,9 @@ def test_load_any_python_outputs_match(files, tiny):
         assert meta["source"] in ("robfair-checkpoint", "torchscript", "export", "state-dict", "safetensors")
 
 
-def test_normalized_model_wrong_without_mean_std_right_with(tmp_path, capsys, tiny):
+def test_normalized_model_wrong_without_mean_std_right_with(tmp_path, capsys, tiny, calibrate):
     """A model trained on normalized inputs: audited raw it is wrong, with --mean/--std it is right."""
     import copy
-
-    from conftest import calibrate
 
     mean, std = (0.5,), (0.1,)
     rng = np.random.default_rng(1)

@@ -334,7 +334,8 @@ def leaderboard_table(entries: Sequence[RunEntry], stats: _Stats | int = 1000) -
     note = ("Percent, ranked by worst-class robust accuracy (robust = worst case over the attacks, the same attacks, "
             "eps and samples for every model). Intervals: 95% Wilson for averages, stratified bootstrap for worst and "
             "gap; overlapping intervals mean the ranking between those models is not settled by these samples.")
-    return Table("leaderboard", "Worst-class robust accuracy leaderboard", columns, rows, pd.DataFrame(records), note, emph)
+    return Table("leaderboard", "Worst-class robust accuracy leaderboard", columns, rows, pd.DataFrame(records), note,
+                 good=emph)  # the leader's worst-class robust accuracy
 
 
 def _rho(w: float, wb: float, a: float, ab: float) -> float:
