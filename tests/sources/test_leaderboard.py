@@ -36,12 +36,12 @@ def test_leaderboard_ranks_by_worst_class_robust_accuracy(tiny, data_npz, tmp_pa
     # the same numbers as auditing each model with robfair.audit under the same attacks and seed
     ds = load_dataset(f"npz:{data_npz}")
     want = {}
-    for name, m in (("strong", net), ("weak", weak)):
+    for name, m in (("strong.ts", net), ("weak.pt", weak)):
         rep = robfair.audit(m, ds, attacks=["fgsm", "pgd5"], eps=0.03, device="cpu")
         want[name] = rep.aggregates()["rob_acc"]
     order = sorted(want, key=lambda k: -want[k]["worst"])
     assert [r["model"] for r in rows] == order and [r["rank"] for r in rows] == ["1", "2"]
-    assert want["strong"]["worst"] != want["weak"]["worst"]
+    assert want["strong.ts"]["worst"] != want["weak.pt"]["worst"]
     for r in rows:
         w = want[r["model"]]
         assert float(r["rob_acc_worst"]) == pytest.approx(w["worst"], abs=1e-6)

@@ -11,7 +11,7 @@ from rich.table import Table as RichTable
 from ..errors import ConfigError
 from ..inert import term
 from ..utils import parse_eps
-from .app import _Bars, _check_classes, _model_label, _parse_stats, _progress, app, console, load_model_arg
+from .app import _Bars, _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -50,14 +50,14 @@ def leaderboard(
     eps: str = typer.Option(..., help="Radius for every model, e.g. 8/255."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack; repeat for several (the worst case ranks)."),
     split: str = typer.Option("test", help="test or train."),
-    groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME for the weights-only files among MODELS."),
-    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML."),
+    groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class (default: the classes)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME for the weights-only files among MODELS (default: none)."),
+    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML (default: none)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder (default ./models)."),
     mean: Optional[str] = typer.Option(None, "--mean", help="Normalization for models that expect it (preset or numbers); "
-                                       "applies to every model that does not normalize itself."),
-    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset)."),
-    class_map: Optional[str] = typer.Option(None, "--class-map", help="As for audit; applied to every model."),
+                                       "applies to every model that does not normalize itself (default: none)."),
+    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset; default: none)."),
+    class_map: Optional[str] = typer.Option(None, "--class-map", help="As for audit; applied to every model (default: none, names must match)."),
     out: Path = typer.Option(Path("leaderboard.html"), "--out", "-o", help="HTML page; .md and _tables/*.csv beside it."),
     bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for the worst/gap intervals."),
     batch_size: int = typer.Option(256, min=1),
@@ -96,7 +96,7 @@ def leaderboard(
         ds = _check_classes(meta, base, class_map)
         loaded.append((m, net, meta, ds))
     entries = []
-    for label, (m, net, meta, ds) in zip(_unique([_model_label(m) for m in models]), loaded):
+    for label, (m, net, meta, ds) in zip(_unique([_display_label(m) for m in models]), loaded):
         with _progress() as p:
             rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                             progress=_Bars(p, prefix=f"{label}: "), classes=ds.classes)
