@@ -72,6 +72,19 @@ def read_text_capped(path: str | os.PathLike, what: str = "file", *, limit: int 
         raise error(f"{what} {Path(path).expanduser()} is not UTF-8 text (a binary file?); pass the right file") from None
 
 
+def read_json(path: str | os.PathLike, what: str = "file", *, error: type[RobfairError] = RobfairError,
+              limit: int = MAX_TEXT_BYTES) -> Any:
+    """A JSON file read with :func:`read_text_capped`; ``error`` (one line) when it is truncated,
+    not JSON, not text or nested deeper than Python can parse. FileNotFoundError passes."""
+    import json
+
+    text = read_text_capped(path, what, limit=limit, error=error)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise error(f"{what} {Path(path).expanduser()} is truncated or not JSON") from None
+
+
 # ================================================================================ YAML
 def _expanded_size(obj: Any, limit: int) -> int:
     """How many values ``obj`` holds with shared (aliased) containers counted once per use; raises

@@ -82,14 +82,25 @@ def os_error_line(e: OSError) -> str:
 
 class _Interrupt:
     """SIGINT handler that remembers the interrupt (typer turns KeyboardInterrupt into a silent exit
-    code 130 in non-standalone mode; the boundary needs to know it was Ctrl-C to say so)."""
+    code 130 in non-standalone mode; the boundary needs to know it was Ctrl-C to say so).
+
+    The first Ctrl-C raises KeyboardInterrupt; a second one while the command winds down (a sweep
+    giving its claims back, a checkpoint being closed) is ignored so the clean-up is never cut
+    short; a third one ends the process at once."""
 
     def __init__(self) -> None:
-        self.hit = False
+        self.presses = 0
+
+    @property
+    def hit(self) -> bool:
+        return self.presses > 0
 
     def __call__(self, signum: int, frame) -> None:
-        self.hit = True
-        signal.default_int_handler(signum, frame)
+        self.presses += 1
+        if self.presses == 1:
+            signal.default_int_handler(signum, frame)
+        elif self.presses >= 3:
+            os._exit(EXIT_INTERRUPTED)
 
 
 def _resume_hint(argv: list[str]) -> str:
@@ -217,8 +228,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                  "please report it with that file", kind="internal")
             code = EXIT_BUG
     finally:
-        if in_main:
-            signal.signal(signal.SIGINT, old_handler)
+        if in_main:  # after an interrupt, further presses must not turn the exit into a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt.hit else old_handler)
     sys.exit(code)
 
 

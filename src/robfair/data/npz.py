@@ -78,6 +78,8 @@ def load_npz(root: Path | None, split: str, *, holdout: Any = None, split_seed: 
             raise DataError(f"{path} has keys {sorted(keys)}; expected {LAYOUT}")
         x = _channels_first(_array(npz, kx, path), path)
         y = _ids(_array(npz, ky, path), ky, path)
+        if y.size == 0:
+            raise DataError(f"{path}: '{ky}' holds no samples (0 labels); save the arrays of a non-empty split")
         g = _ids(_array(npz, kg, path), kg, path) if kg in keys else None
         classes = _names(npz, "classes", path)
         groups = _names(npz, "groups", path)

@@ -61,12 +61,15 @@ def read_audit(path: Path) -> Any:
     """An AuditReport from ``audit.json``; RobfairError when missing, truncated or not an audit."""
     from ..audit import AuditReport
 
+    from ..safeio import read_json
+
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path, "audit")
     except FileNotFoundError:
         raise RobfairError(f"{path} is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RobfairError(f"{path} is truncated or not JSON") from None
+    except RobfairError as e:
+        raise RobfairError(f"{path} is truncated or not JSON ({e})" if "truncated" not in str(e) else
+                           f"{path} is truncated or not JSON") from None
     try:
         return AuditReport.from_json(d)
     except (RobfairError, KeyError, TypeError, ValueError) as e:
@@ -79,12 +82,14 @@ def read_eps_sweep(path: Path) -> list[Any] | None:
 
     if not path.exists():
         return None
+    from ..safeio import read_json
+
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path, "eps sweep")
         if d.get("schema") != EPS_SWEEP_SCHEMA:
             raise ValueError("schema")
         return [AuditReport.from_json(r) for r in d["reports"]]
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError, RobfairError):
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RobfairError):
         raise RobfairError(f"{path} is truncated or not an eps sweep") from None
 
 

@@ -22,16 +22,16 @@ CERTIFY_FILE = "certify.json"
 
 def read_certify(run_dir: Path) -> dict | None:
     """A run folder's ``certify.json`` (None when absent); RobfairError when it is not one."""
-    import json
-
     from ..errors import RobfairError
 
     p = Path(run_dir) / CERTIFY_FILE
     if not p.exists():
         return None
+    from ..safeio import read_json
+
     try:
-        d = json.loads(p.read_text())
-    except (OSError, ValueError):
+        d = read_json(p, "certify result")
+    except (OSError, ValueError, RobfairError):
         raise RobfairError(f"{p} is unreadable or not JSON; rerun `robfair certify --out {p}` or delete it") from None
     if not isinstance(d, dict) or d.get("schema") != "robfair.certify/1":
         raise RobfairError(f"{p} is not a robfair certify result; rerun `robfair certify --out {p}` or delete it")

@@ -507,9 +507,11 @@ def inert_frame(df: Any) -> Any:
     (:func:`robfair.inert.csv_cell`); numbers are untouched."""
     from ..inert import csv_cell
 
+    import pandas as pd
+
     out = df.copy()
     for c in out.columns:
-        if out[c].dtype == object:
+        if not (pd.api.types.is_numeric_dtype(out[c]) or pd.api.types.is_bool_dtype(out[c])):
             out[c] = out[c].map(lambda v: csv_cell(v) if isinstance(v, str) else v)
     out.columns = [csv_cell(c) if isinstance(c, str) else c for c in out.columns]
     return out
