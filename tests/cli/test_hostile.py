@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -433,24 +434,35 @@ def _epochs(run: Path) -> list[int]:
     return out
 
 
+PROGRESS = re.compile(r"^\[\s*[\dhms]+\] ")  # the plain progress lines written to stderr without a terminal
+
+
+def _message_lines(err: str) -> list[str]:
+    """stderr less its progress lines: what the boundary said."""
+    return [line for line in err.splitlines() if line.strip() and not PROGRESS.match(line)]
+
+
 def test_train_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys):
     run = tmp_path / "run"
-    proc = _start(_train_argv(run, 40))
+    proc = _start(_train_argv(run, 12))
     _wait_for(lambda: len(_epochs(run)) >= 1, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = _message_lines(err)
     assert proc.returncode == 130, err
     assert len(lines) == 1 and "Traceback" not in err, lines
     assert "resume with: robfair train" in lines[0] and lines[0].endswith("--resume")
     assert not list(run.rglob(".*.tmp"))
     done = _epochs(run)
-    # the printed command continues the run; stop it again quickly by asking for the same config
+    assert 1 <= len(done) < 12 and done == list(range(1, len(done) + 1))
+    # the printed command continues the run to its end
     import shlex
 
     cmd = shlex.split(lines[0].split("resume with: ", 1)[1])
-    assert cmd[:2] == ["robfair", "train"] and "--resume" in cmd
-    assert done == list(range(1, len(done) + 1))
+    assert cmd[:2] == ["robfair", "train"]
+    code, _, err = run_cli(cmd[1:], capsys)
+    assert code == 0, err
+    assert _epochs(run) == list(range(1, 13))
 
 
 def test_train_sigkill_then_resume_over_torn_line_and_temp_files(tmp_path, capsys):
@@ -531,7 +543,7 @@ def test_sweep_ctrl_c_releases_its_claims(tmp_path, presses):
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
     o, err = proc.communicate(timeout=180)
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = _message_lines(err)
     assert proc.returncode == 130, (o[-1500:], err[-1500:])
     assert len(lines) == 1 and "Traceback" not in err and "robfair sweep" in lines[0], lines
     rows = _index_rows(out / "index.sqlite")
