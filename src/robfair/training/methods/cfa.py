@@ -9,7 +9,7 @@ Three parts, each switchable (``method_options``):
   ``ccr_form="paper"`` (eq. 8): ``mean((CE + beta_y KL) / (1 + beta_y))`` -- the denominator shifts
   hard classes (small ``beta_y``) toward the natural loss; ``"official"``: the official code's
   ``mean((1 - b_y) CE + b_y KL)`` with ``b = beta_k / (1 + beta_k)`` (PKU-ML/CFA at 071f333, the same
-  value as eq. 8 written as the code does; the code sums over the batch where robfair averages);
+  value as eq. 8 written as the code does: per-sample terms divided by the batch size, then summed);
   ``"unnormalized"``: ``mean CE + mean beta_y KL`` (robfair's earlier, mislabelled "paper" form).
 - **FAWA** (fairness-aware weight average): after each epoch from ``fawa_from`` on, the trained
   model's validation report gates an EMA of the weights: ``avg <- decay * avg + (1 - decay) * model``
