@@ -42,7 +42,7 @@ def _tiny_study(out: Path) -> dict:
 #: attribute / placeholder name -> file name of the corpus' fixtures
 FILES = {k: k.rsplit("_", 1)[0] + "." + k.rsplit("_", 1)[1] for k in (
     "other_pt", "random_pt", "existing_json", "existing_md", "existing_html", "existing_png", "dir_json", "fifo_json",
-    "bomb_yaml", "cyclic_yaml", "deep_yaml", "binary_yaml", "pyobj_yaml", "study_yaml", "empty_npz")}
+    "bomb_yaml", "cyclic_yaml", "deep_yaml", "binary_yaml", "pyobj_yaml", "study_yaml", "badkw_yaml", "empty_npz")}
 FILES.update({k: k for k in ("run", "torn", "deep", "afile", "study_dir")})
 
 
@@ -89,6 +89,9 @@ def world(tmp_path_factory):
     (w.binary_yaml).write_bytes(b"\xff\xfe\x00\x81" * 64)
     (w.pyobj_yaml).write_text('epochs: !!python/object/apply:os.system ["echo pwned"]\n')
     (w.study_yaml).write_text(yaml.safe_dump(_tiny_study(w.study_out)))
+    badkw = _tiny_study(w.study_out)
+    badkw["base"]["model_kwargs"] = {"hiden": [8]}
+    (w.badkw_yaml).write_text(yaml.safe_dump(badkw))
     (w.study_dir).mkdir()
     (w.study_dir / "study.yaml").write_text("name: other\n")
     rng = np.random.default_rng(0)
@@ -171,6 +174,18 @@ CASES = [
     ("sweep-out-is-run", ["sweep", "{study_yaml}", "--out", "{run}"], "single run"),
     ("sweep-out-below-file", ["sweep", "{study_yaml}", "--out", "{afile}/s"], "is a file"),
     ("sweep-device-mps", ["sweep", "{study_yaml}", "--device", "mps"], "mps"),
+    ("sweep-dry-run-model-kwargs", ["sweep", "{badkw_yaml}", "--dry-run"], "hiden"),
+    # ---- leaderboard
+    ("leaderboard-out-exists", ["leaderboard", "{run}/checkpoints/best.pt", "{other_pt}", "--data", "digits",
+                                "--eps", "0.1", "--out", "{existing_html}"], "already exists"),
+    ("leaderboard-eps-2", ["leaderboard", "{run}/checkpoints/best.pt", "{other_pt}", "--data", "digits",
+                           "--eps", "2", "--out", "{root}/lb.html"], "above 1"),
+    ("leaderboard-seed-negative", ["leaderboard", "{run}/checkpoints/best.pt", "{other_pt}", "--data", "digits",
+                                   "--eps", "0.1", "--seed", "-1", "--out", "{root}/lb.html"], "seed"),
+    ("leaderboard-bootstrap-1e8", ["leaderboard", "{run}/checkpoints/best.pt", "{other_pt}", "--data", "digits",
+                                   "--eps", "0.1", "--bootstrap", "100000000", "--out", "{root}/lb.html"], "bootstrap"),
+    ("leaderboard-model-dev-zero", ["leaderboard", "/dev/zero", "{other_pt}", "--data", "digits",
+                                    "--eps", "0.1", "--out", "{root}/lb.html"], "regular file"),
     # ---- report
     ("report-out-exists", ["report", "{run}", "--out", "{existing_html}"], "already exists"),
     ("report-out-below-file", ["report", "{run}", "--out", "{afile}/r.html"], "is a file"),

@@ -10,7 +10,7 @@ from rich.table import Table as RichTable
 
 from ..errors import ConfigError
 from ..inert import term
-from ..utils import parse_eps
+from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
 from .app import _Bars, _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg
 
 
@@ -59,10 +59,10 @@ def leaderboard(
     std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset; default: none)."),
     class_map: Optional[str] = typer.Option(None, "--class-map", help="As for audit; applied to every model (default: none, names must match)."),
     out: Path = typer.Option(Path("leaderboard.html"), "--out", "-o", help="HTML page; .md and _tables/*.csv beside it."),
-    bootstrap: int = typer.Option(1000, min=0, help="Bootstrap resamples for the worst/gap intervals."),
+    bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for the worst/gap intervals."),
     batch_size: int = typer.Option(256, min=1),
     device: str = typer.Option("auto"),
-    seed: int = typer.Option(0, help="Seeds the attacks' random starts (the same for every model)."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds the attacks' random starts (the same for every model)."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:

@@ -539,11 +539,11 @@ def _check_names(cfg: Any, where: str) -> None:
     from ..attacks import get_attack
     from ..data import DATASETS
     from ..data.registry import parse_spec
-    from ..models import MODELS
+    from ..models.factory import check_model_args
 
     try:
         DATASETS.canonical(parse_spec(cfg.data)[0])
-        MODELS.canonical(cfg.model)
+        check_model_args(cfg.model, cfg.model_kwargs)
         for atk in (cfg.attack, cfg.val_attack):
             if atk and atk.lower() != "none":
                 get_attack(atk)

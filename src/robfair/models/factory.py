@@ -21,6 +21,20 @@ def _factory_kwargs(factory: Callable[..., nn.Module]) -> dict[str, Any]:
     }
 
 
+def check_model_args(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """ModelError (one line) when architecture ``name`` does not exist or takes no argument of
+    ``kwargs``; returns the arguments it accepts with their defaults. Needs no data: a study's
+    ``model_kwargs`` typo fails at ``sweep --dry-run``, not in every worker."""
+    entry = MODELS.entry(name)
+    accepted = _factory_kwargs(entry.obj)
+    for key in kwargs:
+        if key not in accepted:
+            valid = ", ".join(accepted) if accepted else "none"
+            hint = "; use model 'wrn' to set depth/widen" if entry.name.startswith("wrn-") else ""
+            raise ModelError(f"model '{entry.name}' has no argument '{key}'; valid arguments: {valid}{hint}")
+    return accepted
+
+
 def _plain(value: Any, where: str) -> Any:
     """A JSON-able copy (tuples become lists) or a ModelError: specs must survive a checkpoint."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -51,12 +65,7 @@ def create(
     entry = MODELS.entry(name)
     num_classes = check_num_classes(num_classes)
     in_shape = check_in_shape(in_shape)
-    accepted = _factory_kwargs(entry.obj)
-    for key in kwargs:
-        if key not in accepted:
-            valid = ", ".join(accepted) if accepted else "none"
-            hint = "; use model 'wrn' to set depth/widen" if entry.name.startswith("wrn-") else ""
-            raise ModelError(f"model '{entry.name}' has no argument '{key}'; valid arguments: {valid}{hint}")
+    accepted = check_model_args(name, kwargs)
     resolved = {k: _plain(v, f"model argument '{k}'") for k, v in {**accepted, **kwargs}.items()}
     if isinstance(mean, str) or isinstance(std, str):  # a preset: "cifar10", "cifar100", "imagenet"
         mean, std = resolve_normalization(mean, std)

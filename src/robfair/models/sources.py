@@ -464,6 +464,8 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
         raise ModelError(f"model {path} does not exist; pass one of: {forms_hint()}")
     if path.is_dir():
         raise ModelError(f"model {path} is a directory; pass the file inside it (e.g. {path}/checkpoints/best.pt)")
+    if not path.is_file():  # /dev/zero, a pipe: never read without end
+        raise ModelError(f"model {path} is not a regular file (a device, pipe or socket); pass a model file")
     kind = detect_format(path)
     base = {"path": str(path), "spec": None, "extra": {}}
     if kind == "torchscript":
@@ -484,7 +486,8 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
         net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
         return _tag(net.eval(), classes), {**base, "source": "safetensors", "classes": classes, "extra": smeta}
     if kind == "unknown":
-        text = path.read_bytes()[:64]
+        with open(path, "rb") as f:
+            text = f.read(64)
         what = "a git-lfs pointer (run `git lfs pull`)" if text.startswith(b"version https://git-lfs") else "none of them"
         raise ModelError(f"{path} is {what}; --model takes: {forms_hint()}")
     # a torch.save file: robfair checkpoint, or a state dict for --arch
