@@ -125,6 +125,8 @@ CASES = [
     ("audit-train-split-into-run", AUDIT + ["-m", "{run}/checkpoints/best.pt", "--split", "train", "--out", "{run}"],
      "never replaces"),
     ("audit-other-model-into-run", AUDIT + ["-m", "{other_pt}", "--out", "{run}", "--overwrite"], "another checkpoint"),
+    ("audit-other-data-into-run", AUDIT + ["-m", "{run}/checkpoints/best.pt", "--data", "npz:{empty_npz}", "--out",
+                                           "{run}", "--overwrite"], "other data"),
     ("audit-own-run-no-overwrite", AUDIT + ["-m", "{run}/checkpoints/best.pt", "--out", "{run}/audit.json"], "--overwrite"),
     ("audit-into-run-metrics", AUDIT + ["-m", "{other_pt}", "--out", "{run}/metrics.jsonl"], "is a file"),
     ("audit-into-checkpoints", AUDIT + ["-m", "{other_pt}", "--out", "{run}/checkpoints/x.json"], "checkpoints"),
@@ -277,7 +279,8 @@ def test_unwritable_output_refused_before_computing(world, capsys, monkeypatch, 
     real = os.access
     monkeypatch.setattr(S.os, "access", lambda p, mode: False if mode & os.W_OK else real(p, mode))
     called = []
-    monkeypatch.setattr("robfair.models.load_checkpoint", lambda *a, **k: called.append(1))
+    for name in ("robfair.models.load_checkpoint", "robfair.models.load_any"):
+        monkeypatch.setattr(name, lambda *a, **k: called.append(1))
     code, o, err = run_cli(AUDIT + ["-m", world.other_pt, "--out", tmp_path / "ro" / "a.json"], capsys)
     assert_one_line(code, o, err, 2, "not writable")
     assert not called, "the checkpoint was loaded before the output was checked"
@@ -287,7 +290,8 @@ def test_permission_error_while_reading_is_one_line(world, capsys, monkeypatch):
     def denied(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied", str(world.other_pt))
 
-    monkeypatch.setattr("robfair.models.load_checkpoint", denied)
+    for name in ("robfair.models.load_checkpoint", "robfair.models.load_any"):
+        monkeypatch.setattr(name, denied)
     code, o, err = run_cli(AUDIT + ["-m", world.other_pt], capsys)
     line = assert_one_line(code, o, err, 2, "permission denied")
     assert str(world.other_pt) in line
@@ -369,9 +373,9 @@ def test_hostile_class_names_are_inert_in_terminal_and_plot(world, hostile_npz, 
 def test_hostile_names_inert_in_markdown_and_csv(world, hostile_npz, capsys, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(world.run, run)
-    code, _, err = run_cli(AUDIT + ["-m", run / "checkpoints/best.pt", "--data", f"npz:{hostile_npz}", "--out", run,
+    code, o, err = run_cli(AUDIT + ["-m", run / "checkpoints/best.pt", "--data", f"npz:{hostile_npz}", "--out", run,
                                     "--overwrite"], capsys)
-    assert code == 2 or code == 0, err  # the run's test split is digits: a hostile set is refused or written
+    assert_one_line(code, o, err, 2, "other data")  # the run was audited on digits: never replaced by this
     a = tmp_path / "a.json"
     code, _, err = run_cli(AUDIT + ["-m", run / "checkpoints/best.pt", "--data", f"npz:{hostile_npz}", "--out", a],
                            capsys)

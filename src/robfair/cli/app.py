@@ -187,7 +187,7 @@ def audit(
     from ..utils import check_image_eps, resolve_device
 
     # everything that can be refused is refused before the first batch: outputs, device, numbers
-    out_path = _audit_out(out, model=model, split=split, overwrite=overwrite)
+    out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
     plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
     if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
         raise ConfigError("--out and --plot name the same file; give them different paths")
@@ -353,7 +353,19 @@ def _run_split(run_dir: Path) -> str:
         return "test"
 
 
-def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool) -> Optional[Path]:
+def _run_data(run_dir: Path) -> Optional[str]:
+    """The data spec a run folder was trained (and audited) on, from its config.yaml (None: unknown)."""
+    try:
+        from ..training.config import load_config_dict
+
+        value = load_config_dict(run_dir / "config.yaml").get("data")
+        return None if value is None else str(value)
+    except Exception:  # noqa: BLE001 - no or unreadable config.yaml
+        return None
+
+
+def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool,
+               data: Optional[str] = None, groups: Optional[str] = None) -> Optional[Path]:
     """Where audit.json goes, checked before anything is computed: a run folder's own audit.json
     is the run's result and only an audit of that run's best.pt on that run's split may replace it
     (with --overwrite); an audit of another split or model is refused and pointed to another name."""
@@ -369,8 +381,12 @@ def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool) 
         run_split = _run_split(run_dir)
         tag = f"{split}" if own else f"{_model_label(str(model))}-{split}"
         alt = str(run_dir / f"audit-{tag}.json")
-        if not own or split != run_split:
-            why = f"split {split!r} (the run's is {run_split!r})" if own else f"another checkpoint ({model})"
+        run_data = _run_data(run_dir)
+        other_data = data is not None and (groups is not None or run_data is None or data != run_data)
+        if not own or split != run_split or other_data:
+            why = (f"another checkpoint ({model})" if not own else f"split {split!r} (the run's is {run_split!r})"
+                   if split != run_split else f"other data ({data!r}{', groups ' + groups if groups else ''}; "
+                                             f"the run's is {run_data!r})")
             raise ConfigError(f"--out {path} is the result of the run in {run_dir} (its best.pt on the "
                               f"{run_split} split); an audit of {why} never replaces it - write it elsewhere, e.g. "
                               f"--out {alt}")
