@@ -215,8 +215,12 @@ def error_split_figure(rep: Any) -> Any:
     ax.set_xlim(-0.6, k - 0.4)
     ax.set_ylabel("error (%); bar = robust error")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
-    _tick_style(ax, names, worst)
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
+    if k > 40:  # name the 20 worst; 100 names at this width are unreadable
+        _tick_style(ax, [n if i < 20 else "" for i, n in enumerate(names)], worst)
+        ax.tick_params(axis="x", labelsize=7)
+    else:
+        _tick_style(ax, names, worst)
     fig.tight_layout()
     return fig
 
@@ -235,8 +239,9 @@ def heatmap_figure(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
     im = ax.imshow(100 * matrix, vmin=0, vmax=100, cmap=HEATMAP, aspect="auto", interpolation="nearest")
     _tick_style(ax, [str(s) for s in cols], axis="x")
     _tick_style(ax, [str(s) for s in rows], axis="y")
-    if r > 20:
+    if r > 20:  # tall: labels at 7 pt, column names at the top too (the bottom is a page away)
         ax.tick_params(axis="y", labelsize=7)
+        ax.tick_params(axis="x", top=True, labeltop=True)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if r * c <= 260 or (col_w >= 0.5 and row_h >= 0.2):
@@ -244,7 +249,8 @@ def heatmap_figure(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
             for j in range(c):
                 v = matrix[i, j]
                 if np.isfinite(v):
-                    ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7 if row_h > 0.3 else 6,
+                    ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center",
+                            fontsize=(9 if r * c <= 100 else 7) if row_h > 0.3 else 6,
                             color="white" if v < 0.55 else "black")
     if mark_row_min:
         from matplotlib.patches import Rectangle

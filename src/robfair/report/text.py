@@ -151,7 +151,8 @@ def fit_table(console: Console, table: Table, *, key_columns: int = 1) -> Table:
     headers = [str(c.header) for c in table.columns]
     cells = [list(c.cells) for c in table.columns]
     title = f"{table.title or ''} (long format: wider than the terminal's {console.width} columns)".strip()
-    out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    out = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
+                min_width=min(console.width, len(title)))  # the title on one line, not wrapped to the table
     for h in headers[:key_columns]:
         out.add_column(h)
     out.add_column("column")
