@@ -105,3 +105,15 @@ def test_report_accepts_bare_audit_files(tmp_path, capsys):
     bad.write_text('{"schema": "robfair.audit/1"')
     code, _, err = cli(["report", bad, "--out", tmp_path / "x.html"], capsys)
     assert code == 2 and "truncated or not JSON" in err and not (tmp_path / "x.html").exists()
+
+
+def test_report_reads_the_demo_audit_file(tmp_path):
+    """runs/demo/audit.json (schema robfair.demo/1) holds both demo runs: one entry per model."""
+    from robfair.utils import write_json
+
+    runs = {"standard": audit_report([(50, 48, 2), (50, 47, 1)], CLASSES).to_json(),
+            "pgd-at": audit_report([(50, 45, 30), (50, 44, 25)], CLASSES).to_json()}
+    write_json(tmp_path / "audit.json", {"schema": "robfair.demo/1", "eps": 0.1, "runs": runs})
+    entries, _ = load_runs(tmp_path / "audit.json")
+    assert [e.name for e in entries] == ["standard", "pgd-at"]
+    assert entries[1].report.aggregates()["rob_acc"]["worst"] == pytest.approx(0.5)
