@@ -15,8 +15,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
-
 from .errors import RobfairError
 
 #: bootstrap resamples a command may ask for (1e8 draws of a 10-class compare is 30 GiB)
@@ -123,6 +121,7 @@ def resolve_device(device: str | None = "auto"):
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices)."""
+    import numpy as np
     import torch
 
     random.seed(seed)
@@ -182,6 +181,8 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def _json_default(o: Any) -> Any:
+    import numpy as np  # imported lazily: `robfair --help` needs no numpy
+
     if isinstance(o, (np.integer,)):
         return int(o)
     if isinstance(o, (np.floating,)):

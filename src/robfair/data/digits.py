@@ -22,11 +22,30 @@ def load_digits(root: Path | None, split: str) -> Dataset:
     train and test samples never change between versions."""
     if root is not None:
         raise DataError(f"digits is embedded in scikit-learn and takes no path (got {root}); use 'digits'")
+    images, target = _read_embedded()
+    x = (images.astype(np.float32) / 16.0)[:, None]
+    y = target.astype(np.int64)
+    train_idx, test_idx = stratified_split(y, TEST_FRACTION, SPLIT_SEED)
+    idx = (train_idx if split == "train" else test_idx).numpy()
+    return Dataset(x=x[idx], y=y[idx], classes=[str(c) for c in range(10)], name="digits")
+
+
+def _read_embedded() -> tuple[np.ndarray, np.ndarray]:
+    """(images (1797, 8, 8), targets) from the CSV that ships inside scikit-learn, read without
+    importing scikit-learn (its import, which pulls in scipy.stats, cost seconds of every CLI run);
+    the same arrays as ``sklearn.datasets.load_digits()``, which is the fallback."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt", encoding="ascii") as f:
+                data = np.loadtxt(f, delimiter=",")
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
     from sklearn.datasets import load_digits as _sk_load
 
     bunch = _sk_load()
-    x = (bunch.images.astype(np.float32) / 16.0)[:, None]
-    y = bunch.target.astype(np.int64)
-    train_idx, test_idx = stratified_split(y, TEST_FRACTION, SPLIT_SEED)
-    idx = (train_idx if split == "train" else test_idx).numpy()
-    return Dataset(x=x[idx], y=y[idx], classes=[str(c) for c in bunch.target_names], name="digits")
+    return bunch.images, bunch.target

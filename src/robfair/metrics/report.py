@@ -41,6 +41,61 @@ _HIGHER_IS_BETTER = {"clean_acc", "rob_acc", "adv_acc"}
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def chi2_sf(stat: float, dof: int) -> float:
+    """P[chi2_dof >= stat]: the regularized upper incomplete gamma Q(dof/2, stat/2), by its series
+    below a + 1 and Lentz's continued fraction above (Numerical Recipes 6.2), to ~1e-14 relative;
+    no scipy import (``scipy.special`` alone cost a CLI audit a noticeable share of its start-up)."""
+    a, x = 0.5 * dof, 0.5 * float(stat)
+    if x <= 0:
+        return 1.0
+    if not math.isfinite(x):
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:  # series for P(a, x); Q = 1 - P is not small here
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(10_000):
+            ap += 1
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return max(0.0, 1.0 - total * math.exp(log_front))
+    tiny = 1e-300  # continued fraction for Q(a, x), modified Lentz
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-16:
+            break
+    return math.exp(log_front) * h
+
+
+def chi2_contingency(table: Any, correction: bool = True) -> tuple[float, float, int, np.ndarray]:
+    """``scipy.stats.chi2_contingency`` for a 2-D table of counts, with the same results (Yates'
+    correction when dof is 1) and no scipy import (``scipy.stats`` cost every CLI audit seconds of
+    start-up). Expected counts must be positive."""
+    observed = np.asarray(table, dtype=np.float64)
+    expected = np.outer(observed.sum(1), observed.sum(0)) / observed.sum()
+    dof = int((observed.shape[0] - 1) * (observed.shape[1] - 1))
+    if dof == 0:
+        return 0.0, 1.0, 0, expected
+    if dof == 1 and correction:
+        diff = expected - observed
+        observed = observed + np.minimum(0.5, np.abs(diff)) * np.sign(diff)
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    return stat, chi2_sf(stat, dof), dof, expected
+
+
 def wilson(k: Any, n: Any, z: float = 1.96) -> tuple[Any, Any]:
     """Wilson score interval for k successes out of n (vectorized; ``n == 0`` gives ``(nan, nan)``).
 
@@ -483,8 +538,6 @@ class GroupReport(ReportViews):
         among clean-correct samples, group x {robust, boundary error}. Each gives ``statistic``,
         ``dof``, ``p_value`` and a ``note``; a degenerate table (one non-empty group, or one outcome
         for everybody) gives statistic 0 and p = 1 with a note instead of an error."""
-        from scipy.stats import chi2_contingency
-
         n, c, ca, _ = self.counts.summed(1)
         tables = {
             "robust": np.stack([ca, n - ca], 1),
