@@ -393,6 +393,16 @@ class CertifyReport:
             df.insert(4, "group_name", np.asarray(self.group_names, dtype=object)[self.g])
         return df
 
+    def _csv_frame(self) -> pd.DataFrame:
+        """:meth:`outcomes` with name cells neutralized for spreadsheets (ids are what is read back)."""
+        from .inert import csv_cell
+
+        df = self.outcomes()
+        for col in ("class", "group_name"):
+            if col in df:
+                df[col] = df[col].map(csv_cell)
+        return df
+
     def summary_lines(self) -> list[str]:
         """Plain sentences from the measured numbers (overall and the worst class at sigma)."""
         t = self.table("class")
@@ -440,7 +450,7 @@ class CertifyReport:
     def write_outcomes(self, path: str | Path) -> Path:
         """The per-sample outcomes as CSV (atomic write); :func:`read_outcomes` rebuilds the report."""
         path = Path(path)
-        df = self.outcomes()
+        df = self._csv_frame()
         header = {"schema": SCHEMA, "class_names": list(self.class_names),
                   "group_names": None if self.group_names is None else list(self.group_names),
                   "sigma": self.sigma, "n0": self.n0, "n": self.n, "alpha": self.alpha, "radii": list(self.radii)}

@@ -136,11 +136,11 @@ def certify(
         with _progress() as p:
             C.attack_check(net, ds, rep, check_r, attack=check_attack, per_class=check_per_class,
                            batch_size=batch_size, seed=seed, device=device)
-    console.print(certify_table(rep, "class"))
-    console.print(gap_table(rep, "class", n_boot=bootstrap))
-    if rep.has_groups:
-        console.print(certify_table(rep, "group"))
-        console.print(gap_table(rep, "group", n_boot=bootstrap))
+    from ..report.text import fit_table
+
+    for by in ["class"] + (["group"] if rep.has_groups else []):
+        console.print(fit_table(console, certify_table(rep, by)))
+        console.print(fit_table(console, gap_table(rep, by, n_boot=bootstrap)))
     for line in rep.summary_lines():
         console.print(term(line), highlight=False)
     for chk in rep.meta.get("attack_check", []):

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from ..inert import plain
 from .html import Figure, _mpl, _png, render_html
 from .tables import Table
 
@@ -54,12 +55,12 @@ def curves_figure(payloads: Mapping[str, dict], by: str = "class") -> Figure:
             cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
             for i, name in enumerate(names[:20]):
                 vals = [math.nan if v is None else 100 * v for v in c[name]]
-                ax.plot(r, vals, lw=1.2, color=cmap(i % cmap.N), label=str(name))
+                ax.plot(r, vals, lw=1.2, color=cmap(i % cmap.N), label=plain(name))
             ax.plot(r, [100 * v for v in c["all"]], "k--", lw=2, label="all")
             s = p.get("settings", {})
             if s.get("max_radius"):
                 ax.axvline(s["max_radius"], ls=":", color="grey", lw=1, label="largest certifiable radius")
-            ax.set_title(f"{label}: sigma {s.get('sigma')}, n {s.get('n')}, alpha {s.get('alpha')}", fontsize=10)
+            ax.set_title(f"{plain(label)}: sigma {s.get('sigma')}, n {s.get('n')}, alpha {s.get('alpha')}", fontsize=10)
             ax.set_xlabel("L2 radius")
             ax.set_ylim(0, 102)
             ax.grid(alpha=0.3)
