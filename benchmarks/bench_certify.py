@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import platform
 import statistics
 import time
 
@@ -111,8 +110,10 @@ def main() -> None:
     if device.type == "cuda":
         args.clock = "wall"  # the GPU's work is not process CPU time
     tuned = tune_allocator()
-    hw = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
-    print(f"torch {torch.__version__}, device {device} ({hw}), threads {torch.get_num_threads()}, batch {args.batch}, "
+    from robfair.hardware import describe
+
+    print(f"{describe(device)}")
+    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, batch {args.batch}, "
           f"samples {args.samples} x (n0 {args.n0} + n {args.n}), repeats {args.repeats} (median, alternating), "
           f"clock {args.clock}, allocator tuned: {tuned}")
     results = []
