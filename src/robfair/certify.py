@@ -830,12 +830,13 @@ def attack_check(model: nn.Module, dataset, rep: CertifyReport, radius: float, *
 
 
 # ============================================================================== the model source
-def load_model(source: str | Path) -> tuple[nn.Module, dict[str, Any]]:
-    """The model behind ``--model``: (module in eval mode, meta). One function, so the loader can grow
-    to every source ``robfair audit`` accepts without touching the rest of certify."""
-    from .models import load_checkpoint
+def load_model(source: str | Path, **kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """The model behind ``--model``: (module in eval mode, meta), from any source ``robfair audit``
+    accepts (:func:`robfair.models.load_any`: robfair checkpoints, TorchScript, torch.export, state
+    dicts / safetensors with ``arch=``, ``robustbench:NAME``)."""
+    from .models import load_any
 
-    return load_checkpoint(source)
+    return load_any(source, **kwargs)
 
 
 class _CallableModule(types.ModuleType):

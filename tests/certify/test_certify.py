@@ -350,3 +350,18 @@ def test_model_data_mismatch_is_one_line():
         C.certify(model, ds3, SIGMA, n=10, device="cpu")
     with pytest.raises(RobfairError, match="sigma"):
         C.certify(model, ds, -1.0, n=10, device="cpu")
+
+
+def test_cli_certify_takes_any_model_source(tmp_path, capsys):
+    # a TorchScript file (no robfair checkpoint): the same sources as `robfair audit`
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10)).eval()
+    p = tmp_path / "m.ts.pt"
+    torch.jit.save(torch.jit.trace(net, torch.rand(2, 1, 8, 8)), str(p))
+    out = tmp_path / "c.json"
+    code, _, err = run_cli(["certify", "--model", p, "--data", "digits", "--per-class", "1", "--n0", "10", "--n", "50",
+                            "--out", out, "--bootstrap", "0"], capsys)
+    assert code == 0, err
+    assert json.loads(out.read_text())["meta"]["n_samples"] == 10
+    code, _, err = run_cli(["certify", "--model", tmp_path / "nope.pt", "--n", "10"], capsys)
+    assert code == 2 and "does not exist" in err

@@ -62,7 +62,15 @@ def gap_table(rep, by: str = "class", n_boot: int = 1000) -> Table:
 
 @app.command()
 def certify(
-    model: str = typer.Option(..., "--model", "-m", help="A robfair checkpoint (.pt)."),
+    model: str = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
+                              "state dict / .safetensors (with --arch), or robustbench:NAME (as audit)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from (default: none; needed for weights-only files)."),
+    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML, e.g. '{\"width\": 32}' (default: none)."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder for robustbench:NAME (default ./models)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="The model expects normalized inputs: per-channel mean or a preset "
+                                       "(cifar10, cifar100, imagenet) (default: none, the model takes [0, 1] images)."),
+    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset); with --mean (default: none)."),
+    class_map: Optional[str] = typer.Option(None, "--class-map", help="State the model's class order, as in audit (default: none, names must match)."),
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split: test or train."),
     sigma: str = typer.Option("0.25", help="Noise level of the smoothed classifier (L2, pixels in [0, 1])."),
@@ -92,7 +100,7 @@ def certify(
     """Certify per class (group) with randomized smoothing: certified accuracy at radii with intervals, abstain rate, median radius."""
     from .. import certify as C
     from ..data import load_dataset
-    from .app import _check_classes
+    from .app import _check_classes, _model_label, load_model_arg
 
     sigma_v = parse_number(sigma, "sigma", minimum=None)
     if not sigma_v > 0:
@@ -120,9 +128,9 @@ def certify(
     if html is not None:
         html = check_output_file(html, "--html", overwrite=overwrite)
     resolve_device(device)
-    net, meta = C.load_model(model)
+    net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)  # any source audit accepts
     ds = load_dataset(data, split=split, groups=groups)
-    _check_classes(meta, ds)
+    ds = _check_classes(meta, ds, class_map)
     if ck_path is not None and ck_path.exists():
         if restart:
             ck_path.unlink()
@@ -156,7 +164,7 @@ def certify(
     if html is not None:  # everything is computed before the first file is written
         from ..report.certify import render_certify_html
 
-        page = render_certify_html({Path(model).stem: payload}, title=f"certified robustness: {Path(model).name} on {data}")
+        page = render_certify_html({_model_label(model): payload}, title=f"certified robustness: {_model_label(model)} on {data}")
     if oc_path is not None:
         rep.write_outcomes(oc_path)
         console.print(f"wrote {term(oc_path)}", highlight=False)
