@@ -142,18 +142,28 @@ class _Bars:
 
 
 # ---------------------------------------------------------------------------------------------
+# --model and the options that say how to read it: shared by every command that loads one model (audit, certify)
+MODEL_OPTION = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
+                            "state dict / .safetensors (with --arch), or robustbench:NAME.")
+ARCH_OPTION = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from (default: none; needed for weights-only files).")
+ARCH_KWARGS_OPTION = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML, e.g. '{\"width\": 32}' (default: none).")
+MODEL_DIR_OPTION = typer.Option(None, "--model-dir", help="RobustBench's model folder for robustbench:NAME (default ./models).")
+MEAN_OPTION = typer.Option(None, "--mean", help="The model expects normalized inputs: per-channel mean "
+                           "(0.49,0.48,0.45) or a preset: cifar10, cifar100, imagenet (default: none, the model takes [0, 1] images).")
+STD_OPTION = typer.Option(None, "--std", help="Per-channel std (or a preset); with --mean (default: none).")
+CLASS_MAP_OPTION = typer.Option(None, "--class-map", help="State the model's class order: 'model' (its stored "
+                                "names), DATA=MODEL renames, the names in output order, or a .json/.yaml file (default: none, names must match).")
+
+
 @app.command()
 def audit(
-    model: str = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
-                              "state dict / .safetensors (with --arch), or robustbench:NAME."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from (default: none; needed for weights-only files)."),
-    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML, e.g. '{\"width\": 32}' (default: none)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder for robustbench:NAME (default ./models)."),
-    mean: Optional[str] = typer.Option(None, "--mean", help="The model expects normalized inputs: per-channel mean "
-                                       "(0.49,0.48,0.45) or a preset: cifar10, cifar100, imagenet (default: none, the model takes [0, 1] images)."),
-    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset); with --mean (default: none)."),
-    class_map: Optional[str] = typer.Option(None, "--class-map", help="State the model's class order: 'model' (its stored "
-                                            "names), DATA=MODEL renames, the names in output order, or a .json/.yaml file (default: none, names must match)."),
+    model: str = MODEL_OPTION,
+    arch: Optional[str] = ARCH_OPTION,
+    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
+    model_dir: Optional[Path] = MODEL_DIR_OPTION,
+    mean: Optional[str] = MEAN_OPTION,
+    std: Optional[str] = STD_OPTION,
+    class_map: Optional[str] = CLASS_MAP_OPTION,
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH][,limit=N][,per_class=N], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split to audit: test or train."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack name; repeat for several (fgsm, pgd20, pgd20-l2, autoattack...)."),

@@ -11,7 +11,8 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..inert import term
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_number
-from .app import _Bars, _progress, app, console, err_console
+from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, MODEL_OPTION,
+                  STD_OPTION, _Bars, _progress, app, console, err_console)
 
 
 def _paths(out: Optional[Path], outcomes: Optional[Path]) -> tuple[Optional[Path], Optional[Path], Optional[Path]]:
@@ -62,15 +63,13 @@ def gap_table(rep, by: str = "class", n_boot: int = 1000) -> Table:
 
 @app.command()
 def certify(
-    model: str = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
-                              "state dict / .safetensors (with --arch), or robustbench:NAME (as audit)."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from (default: none; needed for weights-only files)."),
-    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML, e.g. '{\"width\": 32}' (default: none)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder for robustbench:NAME (default ./models)."),
-    mean: Optional[str] = typer.Option(None, "--mean", help="The model expects normalized inputs: per-channel mean or a preset "
-                                       "(cifar10, cifar100, imagenet) (default: none, the model takes [0, 1] images)."),
-    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset); with --mean (default: none)."),
-    class_map: Optional[str] = typer.Option(None, "--class-map", help="State the model's class order, as in audit (default: none, names must match)."),
+    model: str = MODEL_OPTION,
+    arch: Optional[str] = ARCH_OPTION,
+    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
+    model_dir: Optional[Path] = MODEL_DIR_OPTION,
+    mean: Optional[str] = MEAN_OPTION,
+    std: Optional[str] = STD_OPTION,
+    class_map: Optional[str] = CLASS_MAP_OPTION,
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split: test or train."),
     sigma: str = typer.Option("0.25", help="Noise level of the smoothed classifier (L2, pixels in [0, 1])."),
