@@ -114,6 +114,9 @@ def _resume_hint(argv: list[str]) -> str:
     if cmd == "certify" and "--out" in argv or cmd == "certify" and "-o" in argv:
         return (f"interrupted; the certified samples are kept in a checkpoint beside --out - resume with: "
                 f"{shlex.join(line)}")
+    if cmd == "demo":
+        return (f"interrupted; the run folders finished so far are kept - delete --out (or pick another) and run "
+                f"again: {shlex.join(line)}")
     if cmd == "sweep":
         return (f"interrupted; finished runs are kept and interrupted ones resume - continue with: "
                 f"{shlex.join(line)}")
