@@ -170,3 +170,21 @@ def test_state_dict_errors(files, tmp_path, tiny):
         load_any(files["state dict"][0], arch=f"{mod.__file__}:Nope")
     with pytest.raises(ModelError, match="drop --arch"):
         load_any(files["jit.script"][0], arch=f"{mod.__file__}:TinyNet")
+
+
+def test_class_order_in_python(files, data_npz):
+    """load_any tags the model with its stored classes; audit() refuses another order unless classes= states it."""
+    from robfair import audit
+    from robfair.data import Dataset, load_dataset
+    from robfair.errors import DataError
+
+    model, meta = load_any(files["robfair"][0])
+    assert meta["classes"] == ["a", "b", "c"]
+    ds = load_dataset(f"npz:{data_npz}")
+    swap = torch.tensor([1, 0, 2])
+    renamed = Dataset(x=ds.x, y=swap[ds.y], classes=["b", "a", "c"])
+    with pytest.raises(DataError, match=r"\['a', 'b', 'c'\].*\['b', 'a', 'c'\]"):
+        audit(model, renamed, attacks=["fgsm"], eps=0.03, device="cpu")
+    ok = audit(model, renamed, attacks=["fgsm"], eps=0.03, device="cpu", classes=["a", "b", "c"])
+    ref = audit(model, ds, attacks=["fgsm"], eps=0.03, device="cpu")
+    assert ok.main.counts == ref.main.counts and ok.main.class_names == ("a", "b", "c")
