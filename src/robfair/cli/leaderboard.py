@@ -11,7 +11,8 @@ from rich.table import Table as RichTable
 from ..errors import ConfigError
 from ..inert import term
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
-from .app import _Bars, _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg
+from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, STD_OPTION, _Bars,
+                  _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg)
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -51,13 +52,12 @@ def leaderboard(
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack; repeat for several (the worst case ranks)."),
     split: str = typer.Option("test", help="test or train."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class (default: the classes)."),
-    arch: Optional[str] = typer.Option(None, "--arch", help="FILE.py:NAME for the weights-only files among MODELS (default: none)."),
-    arch_kwargs: Optional[str] = typer.Option(None, "--arch-kwargs", help="Its arguments as JSON/YAML (default: none)."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="RobustBench's model folder (default ./models)."),
-    mean: Optional[str] = typer.Option(None, "--mean", help="Normalization for models that expect it (preset or numbers); "
-                                       "applies to every model that does not normalize itself (default: none)."),
-    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std (or a preset; default: none)."),
-    class_map: Optional[str] = typer.Option(None, "--class-map", help="As for audit; applied to every model (default: none, names must match)."),
+    arch: Optional[str] = ARCH_OPTION,
+    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
+    model_dir: Optional[Path] = MODEL_DIR_OPTION,
+    mean: Optional[str] = MEAN_OPTION,  # applied to every model that does not normalize itself
+    std: Optional[str] = STD_OPTION,
+    class_map: Optional[str] = CLASS_MAP_OPTION,
     out: Path = typer.Option(Path("leaderboard.html"), "--out", "-o", help="HTML page; .md and _tables/*.csv beside it."),
     bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for the worst/gap intervals."),
     batch_size: int = typer.Option(256, min=1),
