@@ -142,7 +142,7 @@ class _Bars:
 
 
 # ---------------------------------------------------------------------------------------------
-# --model and the options that say how to read it: shared by every command that loads one model (audit, certify)
+# --model and the options that say how to read it: shared by every command that loads models (audit, certify, leaderboard)
 MODEL_OPTION = typer.Option(..., "--model", "-m", help="A robfair checkpoint, TorchScript file, torch.export .pt2, "
                             "state dict / .safetensors (with --arch), or robustbench:NAME.")
 ARCH_OPTION = typer.Option(None, "--arch", help="FILE.py:NAME, the class or factory a state dict was saved from (default: none; needed for weights-only files).")
