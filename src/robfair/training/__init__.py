@@ -6,10 +6,34 @@
 ``Trainer(model, train, val, method, cfg).fit()`` gives the same from objects you built yourself.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .config import TrainConfig, load_config
-from .methods import METHODS, Method, TrainContext, build_method
-from .runner import build_model, split_train_val, train
-from .trainer import Callback, RunResult, Trainer, random_crop_flip, select_best, selection_score, val_summary
+
+# Everything else is imported on first use: the CLI reads TrainConfig's defaults for its help
+# without importing torch (``robfair --help`` stays fast).
+_LAZY = {
+    **{name: "methods" for name in ("METHODS", "Method", "TrainContext", "build_method")},
+    **{name: "runner" for name in ("build_model", "split_train_val", "train")},
+    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer", "random_crop_flip", "select_best",
+                                    "selection_score", "val_summary")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "TrainConfig", "load_config", "METHODS", "Method", "TrainContext", "build_method", "Trainer", "RunResult",
