@@ -136,3 +136,10 @@ def test_bad_input_one_line_exit_2_no_output(demo_dir, tmp_path, capsys):
         assert "pwned" not in stdout + err
         assert not out.exists(), f"{name}: wrote {out}"
     assert not (tmp_path / "run").exists()
+
+
+def test_bare_robfair_prints_the_help_and_no_error_line(capsys):
+    code, out, err = run_cli([], capsys)
+    assert code == 0
+    assert "Usage" in out and "audit" in out
+    assert "error" not in err

@@ -218,6 +218,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = EXIT_BUG
     except SystemExit:
         raise
+    except click_exc.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # plain `robfair`: the help is printed; nothing is wrong
+            code = 0
+        else:
+            _say(error_line(e)[0])
+            code = EXIT_USER
     except BaseException as e:  # noqa: BLE001 - the boundary: everything ends here
         known = error_line(e)
         if known is not None:
