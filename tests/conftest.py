@@ -8,3 +8,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_default_probe(monkeypatch):
+    """The reliability probe (official AutoAttack on up to 20 samples per group) costs seconds per
+    audit; tests of other things audit without it. Tests of the probe ask for it explicitly
+    (``probe=N`` / ``--probe N``)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_PER_GROUP", 0)

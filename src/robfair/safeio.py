@@ -30,7 +30,7 @@ MAX_TEXT_BYTES = 32 << 20
 #: values a YAML document may hold once its aliases are expanded
 YAML_MAX_ITEMS = 200_000
 #: files of a run folder that are its results (never replaced by another command)
-RUN_FILES = ("audit.json", "eps_sweep.json", "metrics.jsonl", "config.yaml", "run.yaml", "attempts.jsonl",
+RUN_FILES = ("audit.json", "outcomes.npz", "eps_sweep.json", "metrics.jsonl", "config.yaml", "run.yaml", "attempts.jsonl",
              "worker.log")
 #: what marks a folder as a run folder / a study folder
 RUN_MARKERS = ("checkpoints", "metrics.jsonl", "run.yaml")

@@ -149,3 +149,52 @@ def test_runs_named_by_folder_or_name(tmp_path, capsys):
         main(["compare", *map(str, files), "--name", "trades", "--name", "frl", "--bootstrap", "0"])
     assert exc.value.code == 0
     assert "Per class, each run vs trades" in capsys.readouterr().out
+
+def _paired_audit(y, clean, adv):
+    from robfair.audit import Outcomes
+
+    n = len(y)
+    out = Outcomes(index=np.arange(n), y=y, group=y.copy(), clean_pred=clean, adv_pred={"pgd20": adv[None]},
+                   first_step={"pgd20": np.full((1, n), -1)}, class_names=["a", "b", "c"], group_names=["a", "b", "c"],
+                   has_groups=False, radii=[0.1], eps=0.1)
+    return AuditReport(out.reports(), outcomes=out)
+
+
+def test_paired_audits_get_the_exact_mcnemar_test(tmp_path, capsys):
+    """Two audits with outcomes on the same samples: exact McNemar on the discordant samples, flips counted."""
+    from scipy.stats import binomtest
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 300)
+    runs = []
+    for p_clean, p_adv in ((0.9, 0.5), (0.85, 0.7)):
+        clean = np.where(rng.random(300) < p_clean, y, (y + 1) % 3)
+        adv = np.where(rng.random(300) < p_adv, clean, (clean + 1) % 3)
+        runs.append(_paired_audit(y, clean, adv))
+    for name, rep in zip(("one", "two"), runs):
+        rep.save(tmp_path / name)
+    cmp = compare({"one": runs[0], "two": runs[1]}, n_boot=0)
+    pc = cmp.per_class.set_index(["class", "metric"])
+    o1, o2 = runs[0].outcomes, runs[1].outcomes
+    for metric, (ok1, ok2) in (("clean_acc", (o1.clean_pred == y, o2.clean_pred == y)),
+                               ("rob_acc", (o1.robust(), o2.robust()))):
+        for k, cname in enumerate(["a", "b", "c"]):
+            sel = y == k
+            b, c = int((ok1 & ~ok2 & sel).sum()), int((~ok1 & ok2 & sel).sum())
+            row = pc.loc[(cname, metric)]
+            assert row["test"] == "mcnemar-exact" and row["flips"] == b + c > 0
+            assert row["p"] == pytest.approx(binomtest(b, b + c, 0.5).pvalue)
+        avg = cmp.aggregates.set_index("statistic").loc[f"{'clean' if metric == 'clean_acc' else 'robust'} avg"]
+        assert avg["test"] == "mcnemar-exact" and avg["flips"] == int((ok1 != ok2).sum())
+    # without outcomes (audit.json alone) the unpaired z-test runs
+    unpaired = compare({"one": AuditReport.from_json(runs[0].to_json()), "two": runs[1]}, n_boot=0)
+    assert set(unpaired.per_class["test"]) == {"z-test"}
+    # other samples: not paired either
+    other = _paired_audit(y[::-1].copy(), o2.clean_pred[::-1].copy(), o2.adv_pred["pgd20"][0][::-1].copy())
+    assert set(compare({"one": runs[0], "x": other}, n_boot=0).per_class["test"]) == {"z-test"}
+    # the CLI reads outcomes.npz beside audit.json
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(tmp_path / "one"), str(tmp_path / "two"), "--bootstrap", "0"])
+    assert exc.value.code == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "exact McNemar" in printed and "flipped" in printed

@@ -61,11 +61,14 @@ def test_sweep_writes_run_folders_and_index(done_study):
         audit = json.loads((d / "audit.json").read_text())
         assert audit["meta"]["attacks"] == ["fgsm", "pgd20"] and audit["meta"]["eps"] == 0.1
         sw = json.loads((d / "eps_sweep.json").read_text())
-        assert sw["eps"] == [0.0, 0.1]
-        assert sw["reports"][1]["reports"]["worst-case"]["counts"] == audit["reports"]["worst-case"]["counts"]
+        assert sw["schema"] == "robfair.eps-sweep/2" and sw["eps"] == [0.0, 0.1] and sw["attacks"] == ["fgsm", "pgd20"]
+        # the one eps sweep (robfair.audit.eps_sweep): the audit's clean outcomes, a monotone curve
+        wc1 = sw["audits"][1]["reports"]["worst-case"]
+        assert wc1["counts"]["clean"] == audit["reports"]["worst-case"]["counts"]["clean"]
         # eps = 0: nothing to attack, robust = clean
-        wc0 = sw["reports"][0]["reports"]["worst-case"]["overall"]
-        assert wc0["rob_acc"] == wc0["clean_acc"]
+        wc0 = sw["audits"][0]["reports"]["worst-case"]["overall"]
+        assert wc0["rob_acc"] == wc0["clean_acc"] >= wc1["overall"]["rob_acc"]
+        assert [rep["overall"]["rob_acc"] for rep in sw["reports"]] == [wc0["rob_acc"], wc1["overall"]["rob_acc"]]
         row = next(x for x in res.rows if x["id"] == r.name)
         assert row["rob_avg"] == pytest.approx(audit["reports"]["worst-case"]["overall"]["rob_acc"])
         assert row["attempts"] == 1 and row["seconds"] > 0

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robfair.audit import audit
-from robfair.eps_sweep import EpsSweep, eps_sweep, parse_eps_range
+from robfair.audit.eps_sweep import EpsSweep, eps_sweep, parse_eps_range
 from robfair.errors import AttackError
 
 

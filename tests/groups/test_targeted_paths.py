@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from robfair.audit import audit
-from robfair.distances import affine_params, exact_linear_distance, minimal_eps
-from robfair.eps_sweep import eps_sweep
+from robfair.audit.distances import affine_params, exact_linear_distance, minimal_eps
+from robfair.audit.eps_sweep import eps_sweep
 from robfair.errors import ConfigError
 
 

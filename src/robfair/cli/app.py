@@ -173,7 +173,9 @@ def audit(
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds the attacks' random starts."),
     early_exit: bool = typer.Option(True, help="Stop attacking samples already fooled (same result, faster)."),
     precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 autocast."),
-    channels_last: bool = typer.Option(False, help="Run convolutions in channels-last format."),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
+                                                 help="Channels-last memory format (same predictions)  \\[default: on "
+                                                      "for convolutional models]"),
     bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst/gap intervals (0: none)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write audit.json here (a .json file or a folder). "
                                        "A run folder's own audit.json is only replaced, with --overwrite, by an audit "
@@ -187,17 +189,23 @@ def audit(
                                             "vs eps per group (one pass; Wilson intervals; shown by `robfair report`)  \\[default: no sweep]"),
     distances: bool = typer.Option(False, "--distances", help="Distance of each sample to the decision boundary, "
                                    "summarized per group (exact for linear models, else bisection with the first attack)."),
+    probe: Optional[int] = typer.Option(None, "--probe", min=0, help="Reliability probe: official AutoAttack on up to N "
+                                        "samples per group, compared with the attacks (default 20; 0 disables)."),
 ) -> None:
     """Audit a model: per-class (per-group) clean and robust accuracy with intervals."""
     from ..audit import audit as run_audit
     from ..data import load_dataset
-    from ..eps_sweep import parse_eps_range
+    from ..audit.engine import outcomes_path
+    from ..audit.eps_sweep import parse_eps_range
     from ..report.text import print_audit
 
     from ..utils import check_image_eps, resolve_device
 
     # everything that can be refused is refused before the first batch: outputs, device, numbers
     out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
+    if out_path is not None and outcomes_path(out_path).exists() and not overwrite:
+        raise ConfigError(f"--out: {outcomes_path(out_path)} (the per-sample outcomes beside {out_path.name}) already "
+                          "exists; pass --overwrite to replace it, or choose another path")
     plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
     if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
         raise ConfigError("--out and --plot name the same file; give them different paths")
@@ -212,25 +220,23 @@ def audit(
     ds = _check_classes(meta, ds, class_map)
     with _progress() as p:
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
-                        early_exit=early_exit, precision=precision, channels_last=channels_last, progress=_Bars(p),
-                        classes=ds.classes)
+                        early_exit=early_exit, precision=precision, channels_last=channels_last, probe=probe,
+                        progress=_Bars(p), classes=ds.classes)
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
-                                           batch_size=batch_size, device=device, seed=seed)
-    payload = {**rep.to_json(bootstrap=bootstrap), **extras} if out_path is not None else None
+                                           batch_size=batch_size, device=device, seed=seed, precision=precision,
+                                           channels_last=channels_last, early_exit=early_exit)
     if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
         from ..report.plots import classwise_bars
 
         classwise_bars({_display_label(model): rep}, plot_path,
                        title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
     if out_path is not None:
-        from ..utils import write_json
-
-        write_json(out_path, payload)
-        console.print(f"wrote {term(out_path)}", highlight=False)
+        rep.save(out_path, bootstrap=bootstrap, extras=extras)  # outcomes first, then audit.json
+        console.print(f"wrote {term(out_path)} and {term(outcomes_path(out_path))}", highlight=False)
     if plot_path is not None:
         console.print(f"wrote {term(plot_path)}", highlight=False)
 
@@ -249,9 +255,11 @@ def _attack_label(rep) -> str:
 
 
 def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: float, sweep_values, distances: bool,
-                                   *, batch_size: int, device: str, seed: int) -> dict:
+                                   *, batch_size: int, device: str, seed: int, precision: str = "fp32",
+                                   channels_last: bool | None = None, early_exit: bool = True) -> dict:
     """The audit's group tables (when the groups are not the classes), the eps sweep and the
-    distances; returns their JSON for audit.json."""
+    distances; returns their JSON for audit.json. Their per-sample minimal radii join the audit's
+    outcomes (``min_eps``)."""
     from ..report.text import fit_table, group_table
 
     extras: dict = {}
@@ -261,17 +269,23 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
         console.print(fit_table(console, _cell_table(main, title=f"per (group x class) cell, {main.attack}"), key_columns=2))
         console.print(_fairness_line(main))
     if sweep_values is not None:
-        from ..eps_sweep import eps_sweep as run_sweep
+        from ..audit.eps_sweep import eps_sweep as run_sweep
 
+        with _progress() as p:
+            sweep = run_sweep(net, ds, list(attacks), sweep_values, batch_size=batch_size, device=device, seed=seed,
+                              precision=precision, channels_last=channels_last, early_exit=early_exit,
+                              progress=_Bars(p))
         extras["eps_sweep"] = {}
-        for name in attacks:
-            with _progress() as p:
-                sweep = run_sweep(net, ds, name, sweep_values, batch_size=batch_size, device=device, seed=seed,
-                                  progress=_Bars(p))
-            console.print(fit_table(console, _sweep_table(sweep)))
-            extras["eps_sweep"][name] = sweep.to_json()
+        for name in sweep.attacks:
+            view = sweep.view(name)
+            console.print(fit_table(console, _sweep_table(view)))
+            extras["eps_sweep"][name] = view.to_json()
+        for w in sweep.meta.get("warnings", []):
+            console.print(f"[yellow]warning (eps sweep):[/yellow] {w}")
+        if rep.outcomes is not None:
+            rep.outcomes.min_eps.update(sweep.outcomes.min_eps)
     if distances:
-        from ..distances import boundary_distances
+        from ..audit.distances import boundary_distances
 
         eps_max = max(2 * eps_value, max(sweep_values) if sweep_values else 0.0) or 8 / 255
         with _progress() as p:
@@ -279,6 +293,8 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
                                       device=device, seed=seed, progress=_Bars(p))
         console.print(_distance_table(dist))
         extras["distances"] = dist.to_json()
+        if rep.outcomes is not None:
+            rep.outcomes.min_eps["distance"] = dist.distance
     return extras
 
 

@@ -167,7 +167,8 @@ def train(
             get_attack(a)
 
         def final_audit(m, test):  # noqa: F811
-            return audit(m, test, attacks=attacks, eps=cfg.eps, seed=cfg.seed, device=cfg.device)
+            return audit(m, test, attacks=attacks, eps=cfg.eps, seed=cfg.seed, device=cfg.device,
+                         precision=cfg.precision, channels_last=cfg.channels_last)
 
     with _progress() as p:
         result = run_training(cfg, callbacks=[_TrainBars(_Bars(p))], final_audit=final_audit)

@@ -12,10 +12,15 @@ a difference is "beyond the intervals" when the adjusted p < alpha. The worst cl
 independent stratified bootstrap of both runs (multinomial over each class's outcome counts), a
 percentile interval of the difference; beyond when it excludes 0.
 
-Both runs are usually audited on the *same* test samples, so outcomes are paired; the tests above
-treat them as independent, which is conservative when the models agree more than chance (the usual
-case). Boundary error (clean-correct but attacked, FRL's quantity) is compared the same way; for
-it and for gaps lower is better. Per-sample outcomes (for McNemar) are not stored in audit.json.
+Both runs are usually audited on the *same* test samples, so outcomes are paired. When both audits
+have their per-sample outcomes (``outcomes.npz`` beside audit.json) and cover the same samples
+(same dataset indices, labels and groups), the per-class and average tests are the exact McNemar
+test instead: a two-sided binomial test at 1/2 on the discordant samples (the event in one run and
+not in the other), and ``flips`` counts them. Otherwise (older audits, different samples) the
+two-proportion z-test treats the runs as independent, which is conservative when the models agree
+more than chance (the usual case); the ``test`` column says which ran. Boundary error
+(clean-correct but attacked, FRL's quantity) is compared the same way; for it and for gaps lower
+is better.
 """
 
 from __future__ import annotations
@@ -74,6 +79,23 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant counts ``b`` and ``c`` (1 when none)."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(int(b), int(b + c), 0.5).pvalue) if b + c else 1.0
+
+
+def _paired(ref: Any, run: Any) -> dict[str, tuple[Any, Any]] | None:
+    """Per-sample correctness ``(ref, run)`` per rate when both audits have outcomes on the same samples."""
+    a, b = getattr(ref, "outcomes", None), getattr(run, "outcomes", None)
+    if a is None or b is None or not a.same_samples(b):
+        return None
+    clean = tuple(o.clean_pred == o.y for o in (a, b))
+    robust = tuple(o.robust() for o in (a, b))
+    return {"clean_acc": clean, "rob_acc": robust, "bndy_err": tuple(c & ~r for c, r in zip(clean, robust))}
 
 
 def _counts(rep: Any, rate: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,25 +162,37 @@ class Comparison:
             rows.append(row)
             emph.append(em)
             good.append(gd)
+        paired = "test" in pc and bool((pc["test"] == "mcnemar-exact").all())
+        if paired:
+            flips = self.aggregates[self.aggregates["test"] == "mcnemar-exact"]
+            fl = "; ".join(f"{r['run']} {r['statistic'].rsplit(' ', 1)[0]}: {int(r['flips'])}" for _, r in flips.iterrows())
+            how = (f"exact McNemar test on the samples that flipped between the runs (same samples; flips: {fl}), "
+                   f"Holm-adjusted over classes, p < {self.alpha:g}")
+        else:
+            how = f"two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}"
         out.append(Table("compare-classes", f"Per class, each run vs {ref}", cols, rows, self.per_class,
                          f"Percent. Δ = run - {ref} with 95% Newcombe interval; * = beyond the intervals "
-                         f"(two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}). Boundary error "
+                         f"({how}). Boundary error "
                          "(bndy err) = clean-correct but attacked; lower is better, so a negative Δ is an improvement.",
                          emph, good))
         ag = self.aggregates
         rows = []
         emph, good = [], []
         for _, r in ag.iterrows():
+            test = r["test"]
+            if test == "mcnemar-exact":
+                test += f" ({int(r['flips'])} flipped)"
             rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]),
                          f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]",
-                         f"{r['p']:.3g}", "yes" if r["beyond"] else "no", r["test"]])
+                         f"{r['p']:.3g}", "yes" if r["beyond"] else "no", test])
             lower = r["statistic"].startswith("boundary error") or r["statistic"].endswith(" gap")
             better = (r["diff"] < 0) if lower else (r["diff"] > 0)
             emph.append([False] * 6 + [bool(r["beyond"]) and not better, False])
             good.append([False] * 6 + [bool(r["beyond"]) and better, False])
         out.append(Table("compare-aggregates", f"Averages, worst class and gap vs {ref}",
                          ["run", "statistic", ref, "run value", "difference [95% CI]", "p", "beyond", "test"], rows,
-                         self.aggregates, f"Percent. Averages: z-test and Newcombe interval; worst class and gap: "
+                         self.aggregates, f"Percent. Averages: {'exact McNemar test' if paired else 'z-test'} and "
+                                          "Newcombe interval; worst class and gap: "
                                           f"percentile interval of {self.n_boot} independent stratified bootstrap "
                                           "replicates of both runs (p: twice the smaller tail share). Boundary "
                                           "error and gaps: lower is better.", emph, good))
@@ -175,6 +209,7 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
     items = [(str(k), getattr(v, "main", v)) for k, v in reports.items()]
     if len(items) < 2:
         raise RobfairError("compare needs at least two runs; pass e.g. runs/a runs/b")
+    audits = list(reports.values())
     ref_label, ref = items[0]
     for lab, rep in items[1:]:
         if tuple(rep.group_names) != tuple(ref.group_names):
@@ -183,7 +218,9 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
     rng = np.random.Generator(np.random.PCG64(seed))
     boot_ref = _boot(ref, n_boot, rng) if n_boot else None
     per_class, aggs = [], []
-    for lab, rep in items[1:]:
+    for j, (lab, rep) in enumerate(items[1:], start=1):
+        paired = _paired(audits[0], audits[j])
+        gid = audits[0].outcomes.group if paired else None
         for metric, _ in RATES:
             k1, n1 = _counts(ref, metric)
             k2, n2 = _counts(rep, metric)
@@ -193,9 +230,14 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                 lo, hi = newcombe_interval(int(k1[gi]), int(n1[gi]), int(k2[gi]), int(n2[gi]))
                 v1 = k1[gi] / n1[gi] if n1[gi] else math.nan
                 v2 = k2[gi] / n2[gi] if n2[gi] else math.nan
-                rows.append({"run": lab, "reference": ref_label, "class": g, "metric": metric, "ref_value": v1,
-                             "value": v2, "diff": v2 - v1, "lo": lo, "hi": hi, "z": z, "p": p,
-                             "n_ref": int(n1[gi]), "n": int(n2[gi])})
+                row = {"run": lab, "reference": ref_label, "class": g, "metric": metric, "ref_value": v1,
+                       "value": v2, "diff": v2 - v1, "lo": lo, "hi": hi, "z": z, "p": p,
+                       "n_ref": int(n1[gi]), "n": int(n2[gi]), "test": "z-test", "flips": None}
+                if paired:
+                    ok1, ok2 = (t[gid == gi] for t in paired[metric])
+                    b, c = int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
+                    row.update(p=mcnemar_exact(b, c), test="mcnemar-exact", flips=b + c, z=math.nan)
+                rows.append(row)
             for r, padj in zip(rows, holm([r["p"] for r in rows])):
                 r["p_holm"] = padj
                 r["beyond"] = bool(padj < alpha)
@@ -204,9 +246,14 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
             K1, N1, K2, N2 = int(k1.sum()), int(n1.sum()), int(k2.sum()), int(n2.sum())
             z, p = two_proportion_test(K1, N1, K2, N2)
             lo, hi = newcombe_interval(K1, N1, K2, N2)
+            test, flips = "z-test", None
+            if paired:
+                ok1, ok2 = paired[metric]
+                b, c = int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
+                p, test, flips = mcnemar_exact(b, c), "mcnemar-exact", b + c
             aggs.append({"run": lab, "statistic": f"{dict(RATES)[metric]} avg", "ref_value": K1 / N1 if N1 else math.nan,
                          "value": K2 / N2 if N2 else math.nan, "diff": (K2 / N2 - K1 / N1) if N1 and N2 else math.nan,
-                         "lo": lo, "hi": hi, "p": p, "beyond": bool(p < alpha), "test": "z-test"})
+                         "lo": lo, "hi": hi, "p": p, "beyond": bool(p < alpha), "test": test, "flips": flips})
         if n_boot:
             boot = _boot(rep, n_boot, rng)
             a_ref, a = ref.aggregates(), rep.aggregates()

@@ -81,6 +81,8 @@ class AuditSettings(_Block):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     channels_last: bool = False
     bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples for worst/gap intervals in reports")
+    probe: int | None = Field(None, ge=0, description="reliability probe: AutoAttack on up to N samples per group "
+                                                    "(default 20; 0 disables)")
 
 
 class LocalSettings(_Block):
@@ -568,4 +570,6 @@ def _finish_audit(audit: dict[str, Any], cfg: Any, name: str) -> dict[str, Any]:
         raise ConfigError(f"run {name}: audit: {e}") from None
     d = a.model_dump(mode="json")
     d.update(eps=eps, eps_sweep=sweep, seed=cfg.seed if a.seed is None else a.seed)
+    if d.get("probe") is None:  # the default: left out so the config hashes of existing studies stay
+        d.pop("probe", None)
     return d

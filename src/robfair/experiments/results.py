@@ -63,7 +63,7 @@ def _sweep_from_audit(path: Path) -> list[Any] | None:
     """The eps sweep ``robfair audit --eps-sweep`` stores inside audit.json (its main attack's)."""
     import json
 
-    from ..eps_sweep import EpsSweep
+    from ..audit.eps_sweep import EpsSweep
 
     try:
         d = json.loads(path.read_text())

@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS_FILE = "attempts.jsonl"
 EPS_SWEEP_FILE = "eps_sweep.json"
-EPS_SWEEP_SCHEMA = "robfair.eps-sweep/1"
 
 def log_attempt(run_dir: Path, event: str, **detail: Any) -> None:
     """Append one line to ``attempts.jsonl`` (start / done / failed / interrupted / adopt)."""
@@ -58,37 +57,27 @@ def repair_metrics(run_dir: Path) -> int:
 
 
 def read_audit(path: Path) -> Any:
-    """An AuditReport from ``audit.json``; RobfairError when missing, truncated or not an audit."""
+    """An AuditReport from ``audit.json`` (with the per-sample outcomes of ``outcomes.npz`` beside it,
+    when present); RobfairError when missing, truncated or not an audit."""
     from ..audit import AuditReport
 
-    from ..safeio import read_json
-
-    try:
-        d = read_json(path, "audit")
-    except FileNotFoundError:
-        raise RobfairError(f"{path} is missing") from None
-    except RobfairError as e:
-        raise RobfairError(f"{path} is truncated or not JSON ({e})" if "truncated" not in str(e) else
-                           f"{path} is truncated or not JSON") from None
-    try:
-        return AuditReport.from_json(d)
-    except (RobfairError, KeyError, TypeError, ValueError) as e:
-        raise RobfairError(f"{path} is not a robfair audit ({e})") from None
+    return AuditReport.load(path)
 
 
 def read_eps_sweep(path: Path) -> list[Any] | None:
-    """The AuditReports of ``eps_sweep.json`` (None when absent); RobfairError when broken."""
-    from ..audit import AuditReport
+    """One AuditReport per radius of ``eps_sweep.json`` (an :class:`~robfair.audit.eps_sweep.EpsSweep`;
+    None when absent); RobfairError when broken."""
+    from ..audit.eps_sweep import EpsSweep
 
     if not path.exists():
         return None
     from ..safeio import read_json
 
     try:
-        d = read_json(path, "eps sweep")
-        if d.get("schema") != EPS_SWEEP_SCHEMA:
-            raise ValueError("schema")
-        return [AuditReport.from_json(r) for r in d["reports"]]
+        sweep = EpsSweep.from_json(read_json(path, "eps sweep"))
+        for a, e in zip(sweep.audits, sweep.eps):
+            a.meta.setdefault("eps", e)
+        return sweep.audits
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RobfairError):
         raise RobfairError(f"{path} is truncated or not an eps sweep") from None
 

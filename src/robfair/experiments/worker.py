@@ -5,7 +5,8 @@
 Reads ``RUN_DIR/run.yaml`` (the training config and audit settings the sweep wrote), claims the run in
 the index (when given), trains with ``resume=True`` (an interrupted run continues from
 ``checkpoints/last.pt``; a finished one only re-audits), audits the selected checkpoint, writes
-``audit.json`` (and ``eps_sweep.json`` when the study asks for robust accuracy vs eps), and closes
+``audit.json`` + ``outcomes.npz`` (and ``eps_sweep.json``, :func:`robfair.audit.eps_sweep.eps_sweep`, when the
+study asks for robust accuracy vs eps), and closes
 the claim with the headline metrics. ``attempts.jsonl`` in the folder logs every attempt.
 
 SIGTERM / Ctrl-C (or the parent sweep dying, with ``--die-with-parent``) stops the run between two
@@ -28,7 +29,7 @@ from typing import Any
 from ..errors import RobfairError
 from ..utils import write_json
 from .config import RunSpec
-from .runfolder import EPS_SWEEP_FILE, EPS_SWEEP_SCHEMA, log_attempt, repair_metrics
+from .runfolder import EPS_SWEEP_FILE, log_attempt, repair_metrics
 from .store import Store, headline_metrics, process_alive, process_start
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
     def do_audit(model: Any, data: Any, eps: float) -> AuditReport:
         rep = audit(model, data, attacks=a["attacks"], eps=eps, batch_size=a["batch_size"], device=cfg.device,
                     early_exit=a["early_exit"], seed=a["seed"], precision=a["precision"],
-                    channels_last=a["channels_last"])
+                    channels_last=a["channels_last"], probe=a.get("probe"))
         rep.meta.update(run=spec.name, split=a["split"], checkpoint=str(run_dir / "checkpoints" / "best.pt"))
         return rep
 
@@ -114,12 +115,15 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
         test = load_dataset(cfg.data, a["split"])
     result = train(cfg, callbacks=callbacks, final_audit=lambda m, d: do_audit(m, d, a["eps"]), test_data=test)
     if a.get("eps_sweep"):
+        from ..audit.eps_sweep import eps_sweep
         from ..data import load_dataset
 
         data = test if test is not None else load_dataset(cfg.data, a["split"])
-        reports = [(result.audit if result.audit is not None and abs(e - a["eps"]) < 1e-12
-                    else do_audit(result.best_model, data, e)).to_json() for e in a["eps_sweep"]]
-        write_json(run_dir / EPS_SWEEP_FILE, {"schema": EPS_SWEEP_SCHEMA, "eps": a["eps_sweep"], "reports": reports})
+        sweep = eps_sweep(result.best_model, data, list(a["attacks"]), sorted(set(a["eps_sweep"])),
+                          batch_size=a["batch_size"], device=cfg.device, seed=a["seed"], precision=a["precision"],
+                          channels_last=a["channels_last"], early_exit=a["early_exit"])
+        sweep.meta.update(run=spec.name, split=a["split"])
+        write_json(run_dir / EPS_SWEEP_FILE, sweep.to_json())
     return result.audit
 
 

@@ -545,8 +545,11 @@ class Trainer:
         if self.test is not None and self.final_audit is not None and self.dist.is_main:
             result.audit = self.final_audit(result.best_model, self.test)
             if self.out is not None:
-                payload = result.audit.to_json() if hasattr(result.audit, "to_json") else result.audit
-                write_json(self.out / "audit.json", _json_clean(payload))
+                if hasattr(result.audit, "save"):  # an AuditReport: audit.json + outcomes.npz
+                    result.audit.save(self.out / "audit.json")
+                else:
+                    payload = result.audit.to_json() if hasattr(result.audit, "to_json") else result.audit
+                    write_json(self.out / "audit.json", _json_clean(payload))
         self._emit("on_train_end", result)
         D.barrier(self.dist)
         if self._owns_group:
@@ -639,37 +642,25 @@ class Trainer:
         """Mixed precision per ``cfg.precision`` (a no-op for fp32)."""
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None)
 
-    @torch.no_grad()
-    def _predict(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        with self._autocast():
-            return model(x).argmax(1)
-
     def _validate(self, epoch: int, model: nn.Module | None = None, initial: bool = False) -> Any:
-        """Clean and robust predictions of ``model`` (default: ``eval_model``) on the validation split
+        """Clean and robust predictions of ``model`` (default: ``eval_model``) on the validation split,
+        through the audit engine (same loop, precision and memory format as ``robfair audit``)
         -> GroupReport (all ranks merged)."""
+        from ..audit.engine import evaluate
         from ..metrics import GroupReport
 
         cfg, dev, ds = self.cfg, self.device, self.val_ds
         model = model if model is not None else self.eval_model
-        model.eval()
-        gen = make_generator(dev, derive_seed(cfg.seed, "val-initial" if initial else "val", epoch, self.dist.rank))
         bs = cfg.val_batch_size or cfg.batch_size
         nb = math.ceil(len(ds) / bs)
         self._emit("on_val_start", epoch, nb)
-        ys, gs, cps, aps = [], [], [], []
-        for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
-            if self.channels_last:
-                x = to_channels_last(x)
-            clean = self._predict(model, x)
-            if self.val_attack is not None and cfg.eps > 0:
-                with self._autocast():
-                    x_adv = self.val_attack(model, x, y, cfg.eps, generator=gen, early_exit=True)
-                adv = self._predict(model, x_adv)
-            else:
-                adv = clean
-            ys.append(y), gs.append(g), cps.append(clean), aps.append(adv)
-            self._emit("on_val_batch", epoch, b, nb)
-        y, g, clean, adv = (D.gather_cat(torch.cat(t).cpu(), self.dist) for t in (ys, gs, cps, aps))
+        attacks = [self.val_attack.attack] if self.val_attack is not None and cfg.eps > 0 else []
+        out = evaluate(D.unwrap(model), ds, attacks, float(cfg.eps), batch_size=bs, device=dev,
+                       seed=derive_seed(cfg.seed, "val-initial" if initial else "val", epoch, self.dist.rank),
+                       precision=cfg.precision, channels_last=self.channels_last, early_exit=True,
+                       progress=lambda _s, done, _t: self._emit("on_val_batch", epoch, done - 1, nb))
+        adv = out.adv_pred[out.attacks[0]][0] if attacks else out.clean_pred
+        y, g, clean, adv = (D.gather_cat(torch.from_numpy(a), self.dist) for a in (out.y, out.group, out.clean_pred, adv))
         has_groups = ds.g is not None
         return GroupReport.from_outcomes(y=y, clean_pred=clean, adv_pred=adv, groups=g if has_groups else None,
                                          class_names=ds.classes, group_names=ds.group_names if has_groups else None,

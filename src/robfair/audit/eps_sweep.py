@@ -4,8 +4,12 @@
     sweep.curve()                 # eps x group table of robust accuracy (plus "all")
     sweep.frame()                 # long format: eps, group, n, rates with Wilson 95% _lo/_hi
     sweep.to_json()               # counts per eps: every GroupReport rebuilds exactly
+    eps_sweep(model, dataset, ["fgsm", "pgd20"], ...).audits   # several attacks: an AuditReport per radius
+    sweep.outcomes.min_eps["sweep:pgd20"]    # per sample, the smallest radius that fooled it
 
-How it saves work (each point is still an ordinary :class:`~robfair.metrics.GroupReport`):
+This is the one eps-sweep implementation (the CLI's ``--eps-sweep`` and a study's
+``audit.eps_sweep`` both run it); the loop is :func:`robfair.audit.engine.evaluate` with a list of
+radii. How it saves work (each point is still an ordinary :class:`~robfair.metrics.GroupReport`):
 
 - the clean forward pass is done once per batch and shared by every radius;
 - clean mistakes are never attacked (they are robust errors at every radius: delta = 0 is in
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -37,13 +40,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .errors import AttackError, DataError
-from .metrics import GroupReport
-from .utils import parse_eps, resolve_device
+from ..errors import AttackError, DataError
+from ..metrics import GroupReport
+from ..utils import parse_eps
+from .checks import WORST_CASE
 
 log = logging.getLogger(__name__)
 
-SCHEMA = "robfair.eps-sweep/1"
+SCHEMA = "robfair.eps-sweep/2"
+_SCHEMA_V1 = "robfair.eps-sweep/1"
 Progress = Callable[[str, int, int], None]
 
 
@@ -88,13 +93,32 @@ def _check_eps_values(eps_values: Sequence[Any]) -> list[float]:
 
 @dataclass
 class EpsSweep:
-    """One :class:`GroupReport` per radius (same attack, same data); ``eps`` increasing."""
+    """One :class:`GroupReport` per radius (``eps`` increasing) for the headline attack (the only
+    attack, or the worst case over several); ``audits`` holds every attack's report per radius as an
+    :class:`~robfair.audit.AuditReport`, ``outcomes`` the per-sample outcomes (when computed here)."""
 
     attack: str
     eps: list[float]
     reports: list[GroupReport]
     monotone: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
+    audits: list[Any] = field(default_factory=list)
+    outcomes: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.audits:
+            from .report import AuditReport
+
+            self.audits = [AuditReport({r.attack or self.attack: r}) for r in self.reports]
+
+    @property
+    def attacks(self) -> list[str]:
+        return self.audits[0].attacks if self.audits else [self.attack]
+
+    def view(self, attack: str) -> "EpsSweep":
+        """The sweep of one of its attacks (or ``"worst-case"``)."""
+        reps = [a[attack] for a in self.audits]
+        return EpsSweep(attack=attack, eps=list(self.eps), reports=reps, monotone=self.monotone, meta=dict(self.meta))
 
     def __getitem__(self, eps: float) -> GroupReport:
         for e, r in zip(self.eps, self.reports):
@@ -126,42 +150,59 @@ class EpsSweep:
         return {
             "schema": SCHEMA,
             "attack": self.attack,
+            "attacks": self.attacks,
             "eps": list(self.eps),
             "monotone": self.monotone,
             "meta": self.meta,
             "curve": {str(k): v for k, v in self.curve().to_dict(orient="list").items()},
             "reports": [r.to_json() for r in self.reports],
+            "audits": [a.to_json(bootstrap=0) for a in self.audits] if len(self.attacks) > 1 else [],
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "EpsSweep":
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        """Reads this schema and version 1 (a single attack's reports, or the former sweep worker's
+        list of audits)."""
+        from .report import AuditReport
+
+        if not isinstance(d, dict) or d.get("schema") not in (SCHEMA, _SCHEMA_V1):
             raise DataError(f"not an eps sweep (schema {SCHEMA} expected); pass the dict written by EpsSweep.to_json()")
+        reps = d["reports"]
+        if reps and isinstance(reps[0], dict) and reps[0].get("schema") == "robfair.audit/1":  # former worker file
+            audits = [AuditReport.from_json(r) for r in reps]
+            return cls(attack=audits[0].main.attack, eps=[float(e) for e in d["eps"]], reports=[a.main for a in audits],
+                       monotone=False, audits=audits)
+        audits = [AuditReport.from_json(a) for a in d.get("audits") or []]
         return cls(attack=d["attack"], eps=[float(e) for e in d["eps"]],
-                   reports=[GroupReport.from_json(r) for r in d["reports"]], monotone=bool(d.get("monotone", True)),
-                   meta=dict(d.get("meta", {})))
+                   reports=[GroupReport.from_json(r) for r in reps], monotone=bool(d.get("monotone", True)),
+                   meta=dict(d.get("meta", {})), audits=audits)
 
 
 def eps_sweep(
     model: torch.nn.Module,
     dataset: Any,
-    attack: str | Any = "pgd20",
+    attack: str | Any | Sequence[str | Any] = "pgd20",
     eps_values: Sequence[Any] = (0.0, 2 / 255, 4 / 255, 8 / 255, 16 / 255),
     *,
     batch_size: int = 256,
     device: str | torch.device | None = "auto",
     seed: int = 0,
     monotone: bool = True,
+    precision: str = "fp32",
+    channels_last: bool | None = None,
+    early_exit: bool = True,
     progress: Progress | None = None,
 ) -> EpsSweep:
-    """Audit ``model`` on ``dataset`` under ``attack`` at every radius of ``eps_values`` (increasing;
-    a ``"START:STOP:N"`` string works too).
+    """Audit ``model`` on ``dataset`` under ``attack`` (one, or a list: then the headline is the
+    worst case over them) at every radius of ``eps_values`` (increasing; a ``"START:STOP:N"``
+    string works too).
 
     Returns an :class:`EpsSweep`: per radius a GroupReport (per group, class and cell, Wilson
     intervals). See the module docstring for what is shared and why skipping samples already fooled
     at a smaller radius is sound (``monotone=True``)."""
-    from .attacks import get_attack
-    from .audit import _check_model_output
+    from .. import __version__
+    from .engine import evaluate
+    from .report import AuditReport
 
     values = _check_eps_values(eps_values)
     if len(dataset) == 0:
@@ -169,62 +210,21 @@ def eps_sweep(
     dataset.validate()
     if isinstance(batch_size, bool) or int(batch_size) < 1:
         raise DataError(f"batch size must be >= 1, got {batch_size}")
-    atk = get_attack(attack) if isinstance(attack, str) else attack
-    name = attack if isinstance(attack, str) else getattr(atk, "name", type(atk).__name__)
-    dev = resolve_device(device)
-    was_training = model.training
-    model.eval()
-    model = model.to(dev)
-    n, E = len(dataset), len(values)
-    y_all = np.empty(n, dtype=np.int64)
-    clean_all = np.empty(n, dtype=np.int64)
-    adv_all = np.empty((E, n), dtype=np.int64)
-    gens = [torch.Generator(device=dev).manual_seed(seed * 1000 + j) for j in range(E)]
-    attacked = [0] * E
-    t0 = time.perf_counter()
-    pos, first = 0, True
-    total = math.ceil(n / batch_size)
-    try:
-        for b, (x, y, _g) in enumerate(dataset.batches(int(batch_size), device=dev)):
-            if first:
-                _check_model_output(model, x, dataset.num_classes)
-                first = False
-            m = x.shape[0]
-            with torch.no_grad():
-                clean = model(x).argmax(1)
-            witness = clean.clone()  # prediction under the smallest perturbation found so far
-            fooled = clean != y  # robust errors so far (clean mistakes at every radius)
-            for j, e in enumerate(values):
-                if monotone:
-                    active = (~fooled).nonzero().squeeze(1)
-                else:
-                    active = (clean == y).nonzero().squeeze(1)
-                pred = witness if monotone else clean.clone()
-                if e > 0 and active.numel():
-                    x_adv = atk(model, x[active], y[active], e, generator=gens[j], early_exit=True)
-                    with torch.no_grad():
-                        p = model(x_adv).argmax(1)
-                    attacked[j] += int(active.numel())
-                    if monotone:
-                        hit = p != y[active]
-                        witness[active[hit]] = p[hit]
-                        fooled[active[hit]] = True
-                    else:
-                        pred[active] = p
-                adv_all[j, pos:pos + m] = pred.cpu().numpy()
-            y_all[pos:pos + m] = y.cpu().numpy()
-            clean_all[pos:pos + m] = clean.cpu().numpy()
-            pos += m
-            if progress is not None:
-                progress(f"eps sweep ({name})", b + 1, total)
-    finally:
-        model.train(was_training)
-
-    groups = dataset.g.cpu().numpy() if dataset.g is not None else None
-    gnames = list(dataset.groups) if dataset.g is not None and dataset.groups is not None else None
-    reports = [GroupReport.from_outcomes(y=y_all, clean_pred=clean_all, adv_pred=adv_all[j], groups=groups,
-                                         class_names=list(dataset.classes), group_names=gnames, attack=name, eps=e)
-               for j, e in enumerate(values)]
-    meta = {"dataset": getattr(dataset, "name", ""), "n": n, "seed": seed, "batch_size": int(batch_size),
-            "device": str(dev), "attacked_samples": attacked, "seconds": round(time.perf_counter() - t0, 3)}
-    return EpsSweep(attack=name, eps=values, reports=reports, monotone=monotone, meta=meta)
+    attacks = list(attack) if isinstance(attack, (list, tuple)) else [attack]
+    if not attacks:
+        raise AttackError("no attack given; pass e.g. attack='pgd20'")
+    out = evaluate(model, dataset, attacks, values, batch_size=int(batch_size), device=device, seed=seed,
+                   precision=precision, channels_last=channels_last, early_exit=early_exit, monotone=monotone,
+                   progress=progress, stage=f"eps sweep ({', '.join(str(getattr(a, 'name', a)) for a in attacks)})")
+    names = out.attacks
+    audits = [AuditReport(out.reports(j), meta={"eps": e}) for j, e in enumerate(values)]
+    headline = WORST_CASE if len(names) > 1 else names[0]
+    meta = {"robfair_version": __version__, "dataset": getattr(dataset, "name", ""), "n": out.n, "attacks": names,
+            "seed": seed, "batch_size": int(batch_size), "precision": precision,
+            "channels_last": out.meta["channels_last"], "device": out.meta["device"],
+            "attacked_samples": out.meta["attacked_samples"][names[0]] if len(names) == 1
+            else out.meta["attacked_samples"], "seconds": out.meta["seconds"], "warnings": list(out.warnings)}
+    for w in out.warnings:
+        log.warning(w)
+    return EpsSweep(attack=headline, eps=values, reports=[a[headline] for a in audits], monotone=monotone,
+                    meta=meta, audits=audits, outcomes=out)

@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .errors import ConfigError, DataError, ModelError
+from ..errors import ConfigError, DataError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,8 @@ def minimal_eps(model: nn.Module, x: torch.Tensor, attack: str | Any = "pgd20", 
     Batched: each round attacks every sample whose bracket is still wider than ``tol``, each at the
     midpoint of its own bracket (one per-sample radius tensor). Samples the attack cannot flip at
     ``eps_max`` get ``lower = eps_max``, ``upper = inf``."""
-    from .attacks import get_attack
+    from ..attacks import get_attack
+    from .engine import run_attack
 
     atk = get_attack(attack) if isinstance(attack, str) else attack
     if not eps_max > 0 or not math.isfinite(eps_max):
@@ -206,9 +207,8 @@ def minimal_eps(model: nn.Module, x: torch.Tensor, attack: str | Any = "pgd20", 
     hi = torch.full((n,), float(eps_max), dtype=_acc(x.device), device=x.device)
 
     def flips(idx: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-        x_adv = atk(model, x[idx], pred[idx], eps.to(x.dtype), generator=generator, early_exit=True)
-        with torch.no_grad():
-            return model(x_adv).argmax(1) != pred[idx]
+        p, _ = run_attack(atk, model, x[idx], pred[idx], eps.to(x.dtype), generator=generator, early_exit=True)
+        return p != pred[idx]
 
     all_idx = torch.arange(n, device=x.device)
     ok = flips(all_idx, hi)
@@ -369,8 +369,9 @@ def boundary_distances(
     width ``tol``), ``linearized`` or ``auto`` (exact when the model is affine, else bisection).
     ``norm`` defaults to the attack's norm (L-inf for ``pgd20``). ``eps_max`` is required for
     bisection (e.g. twice the audit radius)."""
-    from .attacks import get_attack
-    from .utils import resolve_device
+    from ..attacks import get_attack
+    from ..utils import resolve_device
+    from .engine import attack_generator, evaluation_model
 
     if method not in (*METHODS, "auto"):
         raise ConfigError(f"unknown distance method {method!r}; choose one of: auto, {', '.join(METHODS)}")
@@ -382,10 +383,8 @@ def boundary_distances(
     if method in ("bisection", "auto") and getattr(atk, "norm", norm) != norm:
         raise ConfigError(f"the attack works in {atk.norm} but norm={norm}; pick an attack of the same norm")
     dev = resolve_device(device)
-    was_training = model.training
-    model = model.to(dev).eval()
     W = b = None
-    try:
+    with evaluation_model(model, dev) as model:
         if method in ("exact", "auto"):
             try:
                 W, b = affine_params(model, dataset.in_shape, device=dev, seed=seed)
@@ -396,7 +395,7 @@ def boundary_distances(
                 method = "bisection"
         if method == "bisection" and eps_max is None:
             raise ConfigError("bisection needs eps_max, the largest radius tried (e.g. 2 x the audit radius); pass eps_max")
-        gen = torch.Generator(device=dev).manual_seed(seed)
+        gen = attack_generator(dev, seed, getattr(atk, "name", str(attack)), "bisection")
         n = len(dataset)
         dist = np.empty(n)
         lower = np.empty(n) if method == "bisection" else None
@@ -417,8 +416,6 @@ def boundary_distances(
             pos += m
             if progress is not None:
                 progress(f"distances ({method})", i + 1, total)
-    finally:
-        model.train(was_training)
     meta = {"dataset": getattr(dataset, "name", ""), "n": len(dataset), "seed": seed}
     if method == "bisection":
         meta.update(attack=getattr(atk, "name", str(attack)), eps_max=float(eps_max),  # type: ignore[arg-type]

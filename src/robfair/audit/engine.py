@@ -1,0 +1,533 @@
+"""The one evaluation loop: (model, dataset, attacks, eps, precision, memory format, device, seed)
+-> per-sample :class:`Outcomes`.
+
+    out = evaluate(model, dataset, ["fgsm", "pgd20"], 8/255, device="cpu", seed=0)
+    out.report("pgd20")          # a GroupReport rebuilt from the per-sample outcomes
+    out.reports()                # every attack, plus "worst-case" with more than one attack
+    out.save("outcomes.npz")     # atomic; Outcomes.load(path) restores it exactly
+
+Everything that runs a model over a dataset (``audit()``, the eps sweep, boundary distances by
+bisection, the trainer's validation, the sweep worker) goes through :func:`evaluate` or its one
+attack call, :func:`run_attack`, so they share:
+
+- one clean forward pass per batch, shared by every attack (and every radius of a sweep);
+- the model in eval mode on ``device`` (restored afterwards), optionally ``channels_last``, the
+  forward passes under ``precision`` autocast;
+- datasets on any device (batches are moved to ``device``; labels and groups come back to the CPU
+  with ``.cpu()``);
+- each attack's random generator seeded from ``(seed, attack name)`` (and the radius in a sweep),
+  never from its position in the list: ``pgd20`` alone and ``pgd20`` after ``fgsm`` give the same
+  outcomes;
+- the sanity checks of :mod:`robfair.audit.checks` on the outcomes (``Outcomes.warnings``).
+
+``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`); here it is a
+float, a per-sample tensor (one value per dataset item), or, for a sweep, an increasing list of
+floats (``radii``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import AttackError, DataError, ModelError, RobfairError
+from ..metrics import GroupReport
+
+log = logging.getLogger(__name__)
+
+WORST_CASE = "worst-case"
+OUTCOMES_SCHEMA = "robfair.outcomes/1"
+OUTCOMES_FILE = "outcomes.npz"
+#: ``first_step`` of a sample the attack did not fool, and of a fooled sample whose step is unrecorded
+NOT_FOOLED = -1
+STEP_UNKNOWN = -2
+
+#: Progress callback: (stage, done, total).
+Progress = Callable[[str, int, int], None]
+
+
+def outcomes_path(audit_json: str | Path) -> Path:
+    """The outcomes file beside an audit JSON: ``outcomes.npz`` for ``audit.json``, else
+    ``<stem>.outcomes.npz`` (so two audits written to one folder never share one)."""
+    p = Path(audit_json)
+    return p.parent / (OUTCOMES_FILE if p.name == "audit.json" else f"{p.stem}.outcomes.npz")
+
+
+# ============================================================================ seeds and attacks
+def attack_seed(seed: int, name: str, *extra: Any) -> int:
+    """A 63-bit seed from ``(seed, attack name, *extra)``: stable across runs, Python versions and
+    the attack's position in a list."""
+    key = "\x1f".join([str(int(seed)), str(name), *(repr(e) for e in extra)])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def attack_generator(device: torch.device, seed: int, name: str, *extra: Any) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(attack_seed(seed, name, *extra))
+
+
+def resolve_attacks(attacks: Sequence[Any], precision: str = "fp32") -> list[tuple[str, Any]]:
+    """``[(name, attack object)]`` from names or attack objects; each name once. Objects are copied
+    before their precision is set, so the caller's attack is never changed."""
+    from ..attacks import get_attack
+
+    out: list[tuple[str, Any]] = []
+    for a in attacks:
+        obj = get_attack(a) if isinstance(a, str) else a
+        name = str(a).strip().lower() if isinstance(a, str) else getattr(obj, "name", type(obj).__name__)
+        if name in [n for n, _ in out] or name == WORST_CASE:
+            raise AttackError(f"attack '{name}' is listed twice; list each attack once")
+        if precision != "fp32" and hasattr(obj, "precision"):
+            obj = copy.copy(obj)
+            obj.precision = precision
+        out.append((name, obj))
+    return out
+
+
+def autocast(device: torch.device, precision: str):
+    """Autocast for ``precision`` on ``device`` (a no-op for fp32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
+        raise RobfairError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    with autocast(x.device, precision):
+        return model(x).argmax(1)
+
+
+def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
+               generator: torch.Generator | None, early_exit: bool = True, precision: str = "fp32",
+               warnings: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one place an attack is called: ``(adversarial prediction, step first fooled)`` per sample.
+
+    ``y`` is always the true label (a targeted attack picks its targets by its own rule). An attack
+    with ``run(...)`` (every robfair attack: :class:`robfair.attacks.AttackResult`) gives the
+    prediction from its own logits and the step (``-1`` never fooled, ``-2`` fooled at an unrecorded
+    step); its reliability messages are appended to ``warnings``. A plain callable
+    (``attack(model, x, y, eps) -> x_adv``) has ``x_adv`` evaluated once more, steps unrecorded."""
+    runner = getattr(attack, "run", None)
+    if callable(runner):
+        res = runner(model, x, y, eps, generator=generator, early_exit=early_exit)
+        if warnings is not None:
+            warnings += [w for w in getattr(res, "warnings", []) if w not in warnings]
+        step = getattr(res, "fooled_step", None)
+        return res.adv_pred, step if step is not None else _unknown_steps(res.adv_pred, y)
+    x_adv = attack(model, x, y, eps, generator=generator, early_exit=early_exit)
+    pred = predict(model, x_adv, precision)
+    return pred, _unknown_steps(pred, y)
+
+
+def _unknown_steps(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.where(pred != y, torch.full_like(pred, STEP_UNKNOWN), torch.full_like(pred, NOT_FOOLED))
+
+
+def check_model_output(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
+    """One-line ``ModelError`` when the model does not fit the images or the class count."""
+    spec = getattr(model, "robfair_spec", None)
+    if spec:
+        from ..models import check_model_data
+
+        check_model_data(model, tuple(x.shape[1:]), num_classes)
+        return
+    try:
+        with torch.no_grad():
+            out = model(x[:2])
+    except RuntimeError as e:
+        raise ModelError(
+            f"the model failed on images of shape {tuple(x.shape[1:])} ({str(e).splitlines()[0][:120]}); "
+            "pick the dataset the model was trained for"
+        ) from None
+    if out.ndim != 2 or out.shape[1] != num_classes:
+        raise ModelError(
+            f"the model outputs {tuple(out.shape[1:])} logits but the dataset has {num_classes} classes; "
+            "pick the matching dataset or model"
+        )
+
+
+@contextlib.contextmanager
+def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool | None = False):
+    """The model (DDP unwrapped) in eval mode on ``device``, channels-last if asked; its training
+    mode is restored afterwards."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        model = model.module
+    from ..hardware import wants_channels_last
+
+    was_training = model.training
+    model.eval()
+    if wants_channels_last(model, channels_last):
+        model = model.to(memory_format=torch.channels_last)
+    model = model.to(device)
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+# ============================================================================ outcomes
+@dataclass
+class Outcomes:
+    """Per-sample outcomes of one evaluation.
+
+    ``index``: position of each sample in the dataset evaluated; ``y`` labels; ``group`` group ids
+    (the labels when the dataset has no groups: ``has_groups`` False); ``clean_pred``. Per attack,
+    ``adv_pred[name]`` and ``first_step[name]`` are ``(R, n)`` arrays, one row per radius of
+    ``radii`` (one row for a single radius or a per-sample eps); ``first_step`` is the attack step
+    at which the sample was first fooled (``-1``: not fooled, or not recorded by the attack).
+    ``min_eps[key]``: per sample, the smallest radius found to fool it (``inf``: none) where an eps
+    sweep (``"sweep:<attack>"``) or boundary distances (``"distance"``) ran.
+    """
+
+    index: np.ndarray
+    y: np.ndarray
+    group: np.ndarray
+    clean_pred: np.ndarray
+    adv_pred: dict[str, np.ndarray]
+    first_step: dict[str, np.ndarray]
+    class_names: list[str]
+    group_names: list[str]
+    has_groups: bool
+    radii: list[float] | None = None  # None: per-sample eps
+    eps: float | str | None = None  # the nominal radius (single-radius evaluations) or "per-sample"
+    min_eps: dict[str, np.ndarray] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def attacks(self) -> list[str]:
+        return list(self.adv_pred)
+
+    @property
+    def n(self) -> int:
+        return int(self.y.size)
+
+    def _eps_at(self, r: int) -> float | str | None:
+        if self.radii is not None and len(self.radii) > 1:
+            return self.radii[r]
+        return self.eps
+
+    def worst_pred(self, r: int = 0, attacks: Sequence[str] | None = None) -> np.ndarray:
+        """Worst case over ``attacks`` (default: all): a sample is robust only if no attack fooled it;
+        its prediction is that of the first attack that fooled it (else the last attack's)."""
+        names = list(attacks) if attacks is not None else self.attacks
+        if not names:
+            return self.clean_pred.copy()
+        worst = self.adv_pred[names[-1]][r].copy()
+        fooled = np.zeros(self.n, dtype=bool)
+        for name in names:
+            p = self.adv_pred[name][r]
+            hit = (p != self.y) & ~fooled
+            worst[hit] = p[hit]
+            fooled |= hit
+        return worst
+
+    def robust(self, r: int = 0, attacks: Sequence[str] | None = None) -> np.ndarray:
+        """(n,) bool: clean-correct and not fooled by any of ``attacks``."""
+        return (self.clean_pred == self.y) & (self.worst_pred(r, attacks) == self.y)
+
+    def report(self, attack: str, r: int = 0) -> GroupReport:
+        """The GroupReport of ``attack`` (or ``"worst-case"``) at radius ``r``."""
+        if attack == WORST_CASE:
+            pred, name = self.worst_pred(r), WORST_CASE
+        elif attack in self.adv_pred:
+            pred, name = self.adv_pred[attack][r], attack
+        else:
+            raise RobfairError(f"these outcomes have no attack '{attack}'; they have: {', '.join(self.attacks)}")
+        return GroupReport.from_outcomes(y=self.y, clean_pred=self.clean_pred, adv_pred=pred,
+                                         groups=self.group if self.has_groups else None,
+                                         class_names=self.class_names,
+                                         group_names=self.group_names if self.has_groups else None,
+                                         attack=name, eps=self._eps_at(r))
+
+    def reports(self, r: int = 0) -> dict[str, GroupReport]:
+        """Every attack's report at radius ``r``, plus the worst case with more than one attack."""
+        out = {name: self.report(name, r) for name in self.attacks}
+        if len(self.attacks) > 1:
+            out[WORST_CASE] = self.report(WORST_CASE, r)
+        return out
+
+    def clean_report(self) -> GroupReport:
+        """Clean accuracy only (adversarial = clean prediction)."""
+        return GroupReport.from_outcomes(y=self.y, clean_pred=self.clean_pred, adv_pred=self.clean_pred,
+                                         groups=self.group if self.has_groups else None,
+                                         class_names=self.class_names,
+                                         group_names=self.group_names if self.has_groups else None,
+                                         attack="none", eps=self.eps)
+
+    # -- combining ----------------------------------------------------------------------------
+    def select(self, positions: np.ndarray) -> "Outcomes":
+        """The outcomes of the samples at ``positions`` (positions in these outcomes, not dataset indices)."""
+        p = np.asarray(positions, dtype=np.int64)
+        return Outcomes(index=self.index[p], y=self.y[p], group=self.group[p], clean_pred=self.clean_pred[p],
+                        adv_pred={k: v[:, p] for k, v in self.adv_pred.items()},
+                        first_step={k: v[:, p] for k, v in self.first_step.items()},
+                        class_names=self.class_names, group_names=self.group_names, has_groups=self.has_groups,
+                        radii=self.radii, eps=self.eps, min_eps={k: v[p] for k, v in self.min_eps.items()},
+                        meta=dict(self.meta))
+
+    @classmethod
+    def concat(cls, parts: Sequence["Outcomes"]) -> "Outcomes":
+        """Outcomes of disjoint parts of the same evaluation, sorted by dataset index."""
+        if not parts:
+            raise RobfairError("no outcomes to concatenate")
+        first = parts[0]
+        for p in parts[1:]:
+            if p.attacks != first.attacks or p.class_names != first.class_names or p.group_names != first.group_names:
+                raise RobfairError("cannot join outcomes of different attacks or classes; evaluate every part alike")
+        cat = lambda xs: np.concatenate(xs, axis=-1)  # noqa: E731
+        index = cat([p.index for p in parts])
+        order = np.argsort(index, kind="stable")
+        if np.unique(index).size != index.size:
+            raise RobfairError("the parts overlap (a dataset index appears twice); shard the data without padding")
+        out = Outcomes(index=index, y=cat([p.y for p in parts]), group=cat([p.group for p in parts]),
+                       clean_pred=cat([p.clean_pred for p in parts]),
+                       adv_pred={k: cat([p.adv_pred[k] for p in parts]) for k in first.adv_pred},
+                       first_step={k: cat([p.first_step[k] for p in parts]) for k in first.first_step},
+                       class_names=first.class_names, group_names=first.group_names, has_groups=first.has_groups,
+                       radii=first.radii, eps=first.eps,
+                       min_eps={k: cat([p.min_eps[k] for p in parts]) for k in first.min_eps},
+                       meta=dict(first.meta))
+        return out.select(order)
+
+    def same_samples(self, other: "Outcomes") -> bool:
+        """True when ``other`` covers exactly the same samples (indices, labels and groups)."""
+        return (self.index.shape == other.index.shape and np.array_equal(self.index, other.index)
+                and np.array_equal(self.y, other.y) and np.array_equal(self.group, other.group)
+                and self.class_names == other.class_names and self.group_names == other.group_names)
+
+    # -- file -----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write ``path`` (``.npz``, atomically: a killed write leaves the old file or none)."""
+        from ..utils import atomic_path
+
+        path = Path(path)
+        attacks = self.attacks
+        header = {"schema": OUTCOMES_SCHEMA, "attacks": attacks, "class_names": list(self.class_names),
+                  "group_names": list(self.group_names), "has_groups": bool(self.has_groups),
+                  "radii": self.radii, "eps": self.eps, "min_eps": list(self.min_eps), "meta": self.meta}
+        arrays: dict[str, np.ndarray] = {"index": self.index, "y": self.y, "group": self.group,
+                                         "clean_pred": self.clean_pred,
+                                         "header": np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)}
+        for i, name in enumerate(attacks):
+            arrays[f"adv_pred_{i}"] = self.adv_pred[name]
+            arrays[f"first_step_{i}"] = self.first_step[name]
+        for i, key in enumerate(self.min_eps):
+            arrays[f"min_eps_{i}"] = self.min_eps[key]
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(buf.getvalue())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Outcomes":
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                header = json.loads(bytes(z["header"]).decode())
+                if header.get("schema") != OUTCOMES_SCHEMA:
+                    raise ValueError("schema")
+                attacks = header["attacks"]
+                return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
+                           adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
+                           first_step={a: z[f"first_step_{i}"] for i, a in enumerate(attacks)},
+                           class_names=list(header["class_names"]), group_names=list(header["group_names"]),
+                           has_groups=bool(header["has_groups"]), radii=header.get("radii"), eps=header.get("eps"),
+                           min_eps={k: z[f"min_eps_{i}"] for i, k in enumerate(header.get("min_eps", []))},
+                           meta=dict(header.get("meta", {})))
+        except FileNotFoundError:
+            raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
+        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+            raise RobfairError(f"{path} is truncated or not a robfair outcomes file ({OUTCOMES_SCHEMA}); "
+                               "re-run the audit") from None
+
+
+# ============================================================================ the loop
+def _check_eps(eps: Any, n: int) -> float | torch.Tensor | list[float]:
+    """What the entry points pass down: a float, an (n,) tensor, or an increasing list of floats."""
+    if isinstance(eps, torch.Tensor):
+        if eps.ndim != 1 or eps.numel() != n:
+            raise AttackError(f"a per-sample epsilon needs one value per sample ({n}), got shape {tuple(eps.shape)}")
+        return eps
+    if isinstance(eps, (list, tuple)):
+        vals = [float(e) for e in eps]
+        if not vals or vals != sorted(vals) or len(set(vals)) != len(vals):
+            raise AttackError(f"sweep radii {vals} must be non-empty, increasing and distinct")
+        return vals
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise AttackError(f"epsilon must be a parsed non-negative number here, got {eps!r}; "
+                          "parse it with robfair.utils.parse_eps where it enters")
+    return float(eps)
+
+
+def evaluate(
+    model: nn.Module,
+    dataset: Any,
+    attacks: Sequence[str | Any],
+    eps: float | torch.Tensor | Sequence[float],
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = "auto",
+    seed: int = 0,
+    precision: str = "fp32",
+    channels_last: bool | None = None,
+    early_exit: bool = True,
+    indices: Any = None,
+    monotone: bool = True,
+    progress: Progress | None = None,
+    stage: str = "audit",
+) -> Outcomes:
+    """Run ``attacks`` on ``dataset`` (or its items ``indices``) and return per-sample outcomes.
+
+    ``eps``: a float; an (N,) tensor with one radius per dataset item; or an increasing list of
+    radii (an eps sweep). A single radius attacks every sample (clean mistakes included, so
+    ``adv_acc`` is the accuracy on adversarial inputs). A sweep shares the clean pass across radii,
+    never attacks clean mistakes (robust errors at every radius) and, with ``monotone`` (default),
+    does not attack again a sample already fooled at a smaller radius: its perturbation lies in
+    every larger ball, so the robust error is exact and the curve monotone (see
+    :mod:`robfair.audit.eps_sweep`). ``attacks`` may be empty (clean predictions only).
+    ``precision``: bf16 / fp16 only where the device runs them natively (:func:`robfair.hardware.
+    check_precision`); ``channels_last`` None: on for models with 2-D convolutions."""
+    from ..hardware import channels_last as to_channels_last
+    from ..hardware import check_precision, wants_channels_last
+    from ..utils import resolve_device
+
+    if len(dataset) == 0:
+        raise DataError("the dataset is empty; check the path and the split")
+    if isinstance(batch_size, bool) or int(batch_size) < 1:
+        raise RobfairError(f"batch size must be >= 1, got {batch_size}")
+    dev = resolve_device(device)
+    precision = check_precision(precision, dev, what="precision")
+    channels_last = wants_channels_last(model, channels_last)
+    n_all = len(dataset)
+    eps_v = _check_eps(eps, n_all)
+    if indices is not None:
+        idx = torch.as_tensor(np.asarray(indices if not isinstance(indices, torch.Tensor) else indices.cpu()),
+                              dtype=torch.long)
+        if isinstance(eps_v, torch.Tensor):
+            eps_v = eps_v[idx.to(eps_v.device)]
+        ds = dataset.subset(idx)
+    else:
+        idx = torch.arange(n_all)
+        ds = dataset
+    sweep = isinstance(eps_v, list)
+    radii: list[float] | None = eps_v if sweep else ([eps_v] if isinstance(eps_v, float) else None)
+    R = len(radii) if radii is not None else 1
+    named = resolve_attacks(attacks, precision)
+    n = len(ds)
+    K = ds.num_classes
+    y_all = np.empty(n, dtype=np.int64)
+    g_all = np.empty(n, dtype=np.int64)
+    clean_all = np.empty(n, dtype=np.int64)
+    adv_all = {name: np.empty((R, n), dtype=np.int64) for name, _ in named}
+    step_all = {name: np.full((R, n), NOT_FOOLED, dtype=np.int64) for name, _ in named}
+    if sweep:
+        gens = {name: [attack_generator(dev, seed, name, e) for e in radii] for name, _ in named}  # type: ignore[union-attr]
+    else:
+        gens = {name: [attack_generator(dev, seed, name)] for name, _ in named}
+    timings = {name: 0.0 for name, _ in named}
+    said: dict[str, list[str]] = {name: [] for name, _ in named}  # the attacks' own reliability messages
+    attacked = {name: [0] * R for name, _ in named}
+    total_batches = math.ceil(n / int(batch_size))
+    t0 = time.perf_counter()
+    pos = 0
+    with evaluation_model(model, dev, channels_last) as net:
+        for b, (x, y, g) in enumerate(ds.batches(int(batch_size), device=dev)):
+            if channels_last:
+                x = to_channels_last(x)
+            if b == 0:
+                if not torch.isfinite(x).all():
+                    raise DataError("the dataset holds NaN or infinite pixels; clean the data first")
+                check_model_output(net, x, K)
+            m = x.shape[0]
+            clean = predict(net, x, precision)
+            y_all[pos:pos + m] = y.cpu().numpy()
+            g_all[pos:pos + m] = g.cpu().numpy()
+            clean_all[pos:pos + m] = clean.cpu().numpy()
+            for name, atk in named:
+                ta = time.perf_counter()
+                if not sweep:
+                    e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
+                    pred, step = run_attack(atk, net, x, y, e_b, generator=gens[name][0], early_exit=early_exit,
+                                            precision=precision, warnings=said[name])
+                    adv_all[name][0, pos:pos + m] = pred.cpu().numpy()
+                    step_all[name][0, pos:pos + m] = step.cpu().numpy()
+                    attacked[name][0] += m
+                else:
+                    _sweep_batch(atk, net, x, y, clean, radii, gens[name], monotone, early_exit, precision,  # type: ignore[arg-type]
+                                 adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
+                                 said[name])
+                timings[name] += time.perf_counter() - ta
+            pos += m
+            if progress is not None:
+                progress(stage, b + 1, total_batches)
+    eps_label: float | str | None = (radii[0] if radii is not None and len(radii) == 1 else
+                                     None if radii is not None else "per-sample")
+    has_groups = ds.g is not None
+    out = Outcomes(index=idx.numpy().astype(np.int64), y=y_all, group=g_all, clean_pred=clean_all, adv_pred=adv_all,
+                   first_step=step_all, class_names=list(ds.classes), group_names=list(ds.group_names),
+                   has_groups=has_groups, radii=radii, eps=eps_label)
+    if sweep:
+        for name, _ in named:
+            out.min_eps[f"sweep:{name}"] = _sweep_min_eps(out, name)
+    out.meta = {"device": str(dev), "seed": seed, "batch_size": int(batch_size), "precision": precision,
+                "channels_last": bool(channels_last), "early_exit": bool(early_exit),
+                "seconds": round(time.perf_counter() - t0, 3),
+                "attack_seconds": {k: round(v, 3) for k, v in timings.items()},
+                "attacked_samples": attacked if sweep else {k: v[0] for k, v in attacked.items()}}
+    from .checks import outcome_warnings
+
+    out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
+    return out
+
+
+def _sweep_batch(atk: Any, net: nn.Module, x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
+                 radii: list[float], gens: list[torch.Generator], monotone: bool, early_exit: bool, precision: str,
+                 adv_out: np.ndarray, step_out: np.ndarray, attacked: list[int], said: list[str]) -> None:
+    """One batch of an eps sweep for one attack: rows of ``adv_out`` / ``step_out`` per radius."""
+    witness = clean.clone()  # prediction under the smallest perturbation found so far
+    fooled = clean != y  # robust errors so far (clean mistakes at every radius)
+    step = torch.full_like(clean, NOT_FOOLED)
+    for j, e in enumerate(radii):
+        active = (~fooled if monotone else clean == y).nonzero().squeeze(1)
+        pred = witness if monotone else clean.clone()
+        st = step if monotone else torch.full_like(clean, NOT_FOOLED)
+        if e > 0 and active.numel():
+            p, s = run_attack(atk, net, x[active], y[active], e, generator=gens[j], early_exit=early_exit,
+                              precision=precision, warnings=said)
+            attacked[j] += int(active.numel())
+            if monotone:
+                hit = p != y[active]
+                witness[active[hit]] = p[hit]
+                fooled[active[hit]] = True
+                step[active[hit]] = s[hit]
+            else:
+                pred[active] = p
+                st[active] = s
+        adv_out[j] = pred.cpu().numpy()
+        step_out[j] = st.cpu().numpy()
+
+
+def _sweep_min_eps(out: Outcomes, name: str) -> np.ndarray:
+    """Per sample the smallest radius of the sweep at which it is a robust error (inf: none)."""
+    radii = np.asarray(out.radii, dtype=np.float64)
+    wrong = out.adv_pred[name] != out.y[None, :]  # (R, n)
+    wrong |= (out.clean_pred != out.y)[None, :]
+    first = np.where(wrong.any(0), wrong.argmax(0), -1)
+    return np.where(first >= 0, radii[np.clip(first, 0, None)], np.inf)

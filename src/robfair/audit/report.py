@@ -1,0 +1,288 @@
+"""``audit()``: per-group clean and robust accuracy of a model under attacks, with per-sample outcomes.
+
+    report = robfair.audit(model, dataset, attacks=["fgsm", "pgd20"], eps=8/255)
+    report.by_group            # the worst case over all attacks, one row per group
+    report["pgd20"].by_class   # one attack
+    report.to_frame()          # every attack, long format
+    report.warnings            # sanity checks and the reliability probe
+    report.outcomes            # per-sample outcomes (robfair.audit.Outcomes)
+    report.save("runs/x/audit.json")   # audit.json + outcomes.npz beside it, both atomic
+
+The evaluation itself is :func:`robfair.audit.engine.evaluate` (one clean pass per batch shared by
+every attack; ``early_exit`` stops spending steps on samples already fooled, same outcome). Every
+audit then runs the reliability probe (:mod:`robfair.audit.probe`: official AutoAttack on up to
+``probe`` samples per group) unless ``probe=0``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import __version__
+from ..errors import AttackError, RobfairError
+from ..metrics import GroupReport
+from ..metrics.views import ReportViews
+from ..utils import parse_eps
+from .checks import WORST_CASE, sanity_warnings
+from .engine import Outcomes, evaluate, outcomes_path
+from .probe import reliability_probe
+
+if TYPE_CHECKING:
+    from ..data import Dataset
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "robfair.audit/1"
+
+#: Progress callback: (stage, done, total). The CLI passes one that drives a rich progress bar.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class AuditReport(ReportViews):
+    """Per-attack :class:`~robfair.metrics.GroupReport` objects plus the worst case over attacks.
+
+    ``reports`` maps an attack name to its report; with more than one attack it also holds
+    ``"worst-case"`` (a sample counts as robust only if every attack failed on it)."""
+
+    reports: dict[str, GroupReport]
+    warnings: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: the reliability probe's record (``{"skipped": reason}`` when none ran); see robfair.audit.probe
+    probe: dict[str, Any] | None = None
+    #: per-sample outcomes (not in audit.json; ``save`` writes them to outcomes.npz beside it)
+    outcomes: Outcomes | None = field(default=None, repr=False, compare=False)
+
+    # -- access -------------------------------------------------------------------------------
+    @property
+    def attacks(self) -> list[str]:
+        return [a for a in self.reports if a != WORST_CASE]
+
+    @property
+    def main(self) -> GroupReport:
+        """The headline report: the worst case over attacks (or the only attack)."""
+        return self.reports.get(WORST_CASE) or self.reports[self.attacks[-1]]
+
+    def __getitem__(self, attack: str) -> GroupReport:
+        try:
+            return self.reports[attack]
+        except KeyError:
+            raise RobfairError(f"this audit has no attack '{attack}'; it has: {', '.join(self.reports)}") from None
+
+    @property
+    def by_group(self) -> pd.DataFrame:
+        return self.main.by_group
+
+    @property
+    def by_class(self) -> pd.DataFrame:
+        return self.main.by_class
+
+    def aggregates(self, k: int = 3) -> dict:
+        return self.main.aggregates(k=k)
+
+    # -- export -------------------------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (attack, group): n, clean/robust accuracy, std/bndy/rob error with intervals."""
+        return pd.concat([rep.to_frame() for rep in self.reports.values()])
+
+    def to_json(self, bootstrap: int = 1000, seed: int = 0) -> dict:
+        """Plain JSON (schema ``robfair.audit/1``, see docs/audit-json.md). ``bootstrap`` resamples give
+        intervals for worst and gap in each report (0: none); :meth:`from_json` needs only the counts."""
+        out = {
+            "schema": SCHEMA,
+            "meta": self.meta,
+            "warnings": list(self.warnings),
+            "reports": {name: rep.to_json(bootstrap=bootstrap, seed=seed) for name, rep in self.reports.items()},
+        }
+        if self.probe is not None:
+            out["probe"] = self.probe
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AuditReport":
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise RobfairError(f"not a robfair audit (schema {SCHEMA} expected); write one with `robfair audit --out`")
+        return cls(
+            reports={k: GroupReport.from_json(v) for k, v in d["reports"].items()},
+            warnings=list(d.get("warnings", [])),
+            meta=dict(d.get("meta", {})),
+            probe=d.get("probe"),
+        )
+
+    # -- files ----------------------------------------------------------------------------------
+    def save(self, path: str | Path, *, bootstrap: int = 1000, seed: int = 0,
+             extras: dict[str, Any] | None = None) -> Path:
+        """Write ``path`` (audit.json; a folder gets ``audit.json`` inside) and, when the report has
+        per-sample outcomes, ``outcomes.npz`` beside it (``<stem>.outcomes.npz`` for another name). Both are written atomically, the outcomes
+        first, so a killed write never leaves an audit.json whose outcomes are missing or stale."""
+        from ..metrics.report import _clean_json
+        from ..utils import write_json
+
+        path = Path(path).expanduser()
+        if path.suffix.lower() != ".json":
+            path = path / "audit.json"
+        if self.outcomes is not None:
+            self.outcomes.save(outcomes_path(path))
+        write_json(path, _clean_json({**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {})}))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AuditReport":
+        """Read audit.json (and outcomes.npz beside it, when present)."""
+        from ..safeio import read_json
+
+        path = Path(path).expanduser()
+        if path.is_dir():
+            path = path / "audit.json"
+        try:
+            d = read_json(path, "audit")
+        except FileNotFoundError:
+            raise RobfairError(f"{path} is missing") from None
+        except RobfairError as e:
+            raise RobfairError(f"{path} is truncated or not JSON ({e})" if "truncated" not in str(e) else
+                               f"{path} is truncated or not JSON") from None
+        try:
+            rep = cls.from_json(d)
+        except (RobfairError, KeyError, TypeError, ValueError) as e:
+            raise RobfairError(f"{path} is not a robfair audit ({e})") from None
+        side = outcomes_path(path)
+        if side.exists():
+            rep.outcomes = Outcomes.load(side)
+        return rep
+
+    def merge(self, other: "AuditReport") -> "AuditReport":
+        """Merge audits of disjoint shards of the same data (same attacks, same eps) exactly."""
+        if set(self.reports) != set(other.reports):
+            raise RobfairError("cannot merge audits with different attacks; audit every shard with the same --attack list")
+        merged = {k: self.reports[k].merge(other.reports[k]) for k in self.reports}
+        out = AuditReport(merged, meta={**self.meta, "n": self.meta.get("n", 0) + other.meta.get("n", 0)})
+        out.warnings = sanity_warnings(out.reports)
+        if self.outcomes is not None and other.outcomes is not None:
+            a, b = self.outcomes, other.outcomes
+            if not np.intersect1d(a.index, b.index).size:  # shards of one dataset (global indices)
+                out.outcomes = Outcomes.concat([a, b])
+        return out
+
+
+def _as_eps(eps: Any, n: int) -> float | torch.Tensor:
+    """The audit radius, parsed and validated once: a float, or an (n,) float tensor on the CPU."""
+    if isinstance(eps, np.ndarray):
+        eps = torch.as_tensor(eps)
+    if isinstance(eps, torch.Tensor):
+        if eps.ndim == 0:
+            return parse_eps(float(eps))
+        if eps.ndim != 1 or eps.numel() != n:
+            raise AttackError(f"a per-sample epsilon needs one value per sample ({n}), got shape {tuple(eps.shape)}")
+        if not torch.isfinite(eps).all() or (eps < 0).any():
+            raise AttackError("per-sample epsilon has negative or non-finite values; pass values >= 0")
+        return eps.detach().float().cpu()
+    return parse_eps(eps)
+
+
+#: what ``audit()`` takes as data (see :func:`robfair.data.as_dataset`)
+DataLike = Union["Dataset", tuple, list, "torch.utils.data.Dataset", "torch.utils.data.DataLoader"]
+
+
+def audit(
+    model: torch.nn.Module,
+    dataset: DataLike,
+    attacks: Sequence[str | Any] = ("pgd20",),
+    eps: float | str | torch.Tensor = 8 / 255,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = "auto",
+    early_exit: bool = True,
+    seed: int = 0,
+    precision: str = "fp32",
+    channels_last: bool | None = None,
+    probe: int | None = None,
+    progress: Progress | None = None,
+    mean: Sequence[float] | float | str | None = None,
+    std: Sequence[float] | float | str | None = None,
+    classes: Sequence[str] | None = None,
+) -> AuditReport:
+    """Audit ``model`` on ``dataset`` under each attack, per group (the classes unless the dataset has groups).
+
+    Parameters
+    ----------
+    model: a module mapping images in [0, 1] to logits.
+    dataset: a :class:`robfair.data.Dataset` (on any device), ``(x, y)`` / ``(x, y, g)`` tensors or
+        numpy arrays, a ``TensorDataset`` or a ``DataLoader`` (:func:`robfair.data.as_dataset`).
+    attacks: names understood by :func:`robfair.attacks.get_attack` (``"fgsm"``, ``"pgd20"``,
+        ``"pgd20-l2"``, ``"pgd50-r5"``, ``"autoattack"`` ...) or attack objects.
+    eps: a radius (``0.1``, ``"8/255"``) or a per-sample tensor with one value per dataset item.
+    early_exit: stop attacking samples already fooled (same outcome, less work).
+    seed: seeds the attacks' random starts, each from (seed, attack name); the audit is
+        deterministic for a fixed batch size.
+    precision: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"`` autocast inside the attack and forward.
+    channels_last: run the model in channels-last memory format (faster convolutions, same
+        predictions); None (default): on for models with 2-D convolutions.
+    probe: the reliability probe's sample size per group (official AutoAttack on up to that many
+        samples of each group, compared with ``attacks``; a warning when it finds significantly more
+        errors); 0 disables it; None (default): ``robfair.audit.probe.DEFAULT_PER_GROUP`` (20).
+    mean, std: the model expects normalized inputs: it is wrapped as ``Normalized(model, mean, std)``
+        (per-channel values, or a preset ``"cifar10"``, ``"cifar100"``, ``"imagenet"``).
+    classes: the model's class names in output order; the dataset's labels are re-indexed to it by
+        name. Without it, class names stored with the model (``load_any``) must equal the dataset's.
+    """
+    from ..data.coerce import audit_inputs
+
+    model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
+    if batch_size < 1:
+        raise RobfairError(f"batch size must be >= 1, got {batch_size}")
+    if not attacks:
+        raise AttackError("no attack given; pass e.g. attacks=['pgd20'] (CLI: --attack pgd20)")
+    if probe is None:
+        from . import probe as _probe
+
+        probe = _probe.DEFAULT_PER_GROUP
+    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
+        raise RobfairError(f"probe must be a sample count per group >= 0, got {probe!r}; 0 disables the probe")
+    eps_v = _as_eps(eps, len(dataset))
+    out = evaluate(model, dataset, attacks, eps_v, batch_size=batch_size, device=device, seed=seed,
+                   precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
+    names = out.attacks
+    reports = out.reports()
+    eps_meta: float | str = eps_v if isinstance(eps_v, float) else "per-sample"
+    meta = {
+        "robfair_version": __version__,
+        "torch_version": torch.__version__,
+        "dataset": getattr(dataset, "name", ""),
+        "n": out.n,
+        "num_classes": dataset.num_classes,
+        "classes": list(dataset.classes),
+        "groups": list(dataset.group_names),
+        "model": getattr(model, "robfair_spec", {"name": type(model).__name__}),
+        "attacks": names,
+        "eps": eps_meta,
+        "seed": seed,
+        "batch_size": batch_size,
+        "early_exit": early_exit,
+        "precision": precision,
+        "channels_last": out.meta["channels_last"],
+        "device": out.meta["device"],
+        "seconds": out.meta["seconds"],
+        "attack_seconds": out.meta["attack_seconds"],
+    }
+    report = AuditReport(reports, meta=meta, outcomes=out)
+    report.warnings = list(out.warnings)
+    if probe:
+        rec = reliability_probe(model, dataset, out, names, eps_v, per_group=probe, seed=seed, batch_size=batch_size,
+                                device=device, precision=precision, channels_last=out.meta["channels_last"])
+        report.probe = {k: v for k, v in rec.items() if k != "warnings"}
+        report.warnings += rec.get("warnings", [])
+        meta["seconds"] = round(meta["seconds"] + rec.get("seconds", 0.0), 3)
+    else:
+        report.probe = {"skipped": "disabled (probe=0)"}
+    for w in out.warnings:
+        log.warning(w)
+    return report
+
+

@@ -1,0 +1,165 @@
+"""The one evaluation engine: seeds by attack name, per-sample outcomes and their file, GPU-resident
+datasets (a device stub on the CPU), the sanity checks every path gets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from robfair.audit import AuditReport, Outcomes, audit, evaluate, model_state
+from robfair.audit.distances import boundary_distances
+from robfair.audit.eps_sweep import eps_sweep
+from robfair.data import Dataset
+from robfair.errors import RobfairError
+
+
+def mlp_problem(n=240, k=4, seed=0, groups=True):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 24), nn.Tanh(), nn.Linear(24, k)).eval()
+    with torch.no_grad():  # hidden units centred on the data, so every class is predicted somewhere
+        model[1].weight.mul_(4)
+        model[1].bias.copy_(-model[1].weight @ torch.full((16,), 0.5))
+        model[3].bias.zero_()
+    x = 0.2 + 0.6 * torch.rand(n, 1, 4, 4, generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    y[::9] = (y[::9] + 1) % k  # clean mistakes
+    gid = (torch.arange(n) % 3 == 0).long() if groups else None
+    return model, Dataset(x=x, y=y, classes=[f"c{i}" for i in range(k)], g=gid,
+                          groups=["major", "minor"] if groups else None, name="mlp")
+
+
+def test_attack_seed_comes_from_its_name_not_its_position():
+    model, ds = mlp_problem()
+    alone = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=64)
+    after = evaluate(model, ds, ["fgsm", "pgd5"], 0.05, device="cpu", seed=3, batch_size=64)
+    assert np.array_equal(alone.adv_pred["pgd5"], after.adv_pred["pgd5"])
+    assert alone.report("pgd5") == after.report("pgd5")
+    # the random starts matter here: another generator changes outcomes, so a seed that moved with
+    # the attack's position would have broken the equality above
+    other = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=4, batch_size=64)
+    assert (other.adv_pred["pgd5"] != alone.adv_pred["pgd5"]).sum() > 0
+
+
+def test_outcomes_file_rebuilds_every_report_exactly(tmp_path):
+    model, ds = mlp_problem()
+    rep = audit(model, ds, ["fgsm", "pgd20"], eps=0.08, device="cpu", batch_size=64, probe=0)
+    path = rep.save(tmp_path / "run", bootstrap=0)
+    assert path == tmp_path / "run" / "audit.json" and (tmp_path / "run" / "outcomes.npz").exists()
+    stored = AuditReport.from_json(json.loads(path.read_text()))
+    out = Outcomes.load(tmp_path / "run" / "outcomes.npz")
+    assert set(out.reports()) == set(stored.reports) == {"fgsm", "pgd20", "worst-case"}
+    for name, r in out.reports().items():
+        assert r == stored.reports[name], name
+        assert r.counts == stored.reports[name].counts
+    assert np.array_equal(out.index, np.arange(len(ds))) and np.array_equal(out.y, ds.y.numpy())
+    assert np.array_equal(out.group, ds.g.numpy())
+    # step first fooled: -1 exactly where not fooled (or not recorded)
+    for name in out.attacks:
+        assert out.first_step[name].shape == (1, len(ds))
+    loaded = AuditReport.load(path)
+    assert loaded.outcomes is not None and loaded["worst-case"] == rep["worst-case"]
+    # a broken outcomes file is one line naming the fix
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(RobfairError, match="re-run the audit"):
+        Outcomes.load(tmp_path / "bad.npz")
+
+
+def test_outcomes_of_shards_concatenate_to_the_whole():
+    model, ds = mlp_problem()
+    whole = evaluate(model, ds, ["fgsm"], 0.08, device="cpu", batch_size=50)
+    parts = [evaluate(model, ds, ["fgsm"], 0.08, device="cpu", batch_size=50, indices=np.arange(r, len(ds), 3))
+             for r in range(3)]
+    joined = Outcomes.concat(parts)  # FGSM is deterministic: the same per-sample outcomes
+    assert np.array_equal(joined.index, whole.index)
+    assert np.array_equal(joined.adv_pred["fgsm"], whole.adv_pred["fgsm"])
+    assert joined.report("fgsm") == whole.report("fgsm")
+    with pytest.raises(RobfairError, match="overlap"):
+        Outcomes.concat([parts[0], parts[0]])
+
+
+class FakeAccelerator(torch.Tensor):
+    """A CPU tensor that behaves like one on an accelerator where it matters here: ``.numpy()`` (and
+    ``np.asarray``) fail until it is moved with ``.cpu()`` / ``.to("cpu")``."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.numpy:
+            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                            "to host memory first.")
+        out = super().__torch_function__(func, types, args, kwargs)
+        if func in (torch.Tensor.cpu, torch.Tensor.to) and isinstance(out, torch.Tensor):
+            return out.as_subclass(torch.Tensor)
+        return out
+
+
+def _on_fake_accelerator(ds: Dataset) -> Dataset:
+    fake = Dataset(x=ds.x.as_subclass(FakeAccelerator), y=ds.y.as_subclass(FakeAccelerator),
+                   g=ds.g.as_subclass(FakeAccelerator), classes=ds.classes, groups=ds.groups, name=ds.name)
+    with pytest.raises(TypeError, match="cpu"):  # the stub bites
+        fake.g.numpy()
+    return fake
+
+
+def test_gpu_resident_dataset_works_on_every_path():
+    model, ds = mlp_problem()
+    fake = _on_fake_accelerator(ds)
+    a, b = (audit(model, d, ["fgsm"], eps=0.08, device="cpu", batch_size=64, probe=0) for d in (ds, fake))
+    assert a["fgsm"] == b["fgsm"]
+    s1, s2 = (eps_sweep(model, d, "fgsm", [0.0, 0.05, 0.1], device="cpu", batch_size=64) for d in (ds, fake))
+    assert all(r1 == r2 for r1, r2 in zip(s1.reports, s2.reports))
+    d1, d2 = (boundary_distances(model, d, "bisection", attack="fgsm", eps_max=0.2, device="cpu") for d in (ds, fake))
+    assert np.array_equal(d1.distance, d2.distance) and np.array_equal(d1.groups, d2.groups)
+    from robfair.training import TrainConfig, Trainer
+
+    cfg = TrainConfig(data="digits", model="mlp", method="standard", eps=0.08, epochs=1, val_attack="fgsm",
+                      select="last", device="cpu", batch_size=64)
+    tr = Trainer(model, fake, fake, cfg=cfg)
+    assert tr._validate(0) == Trainer(model, ds, ds, cfg=cfg)._validate(0)
+
+
+def test_collapsed_and_chance_level_models_are_named():
+    _, ds = mlp_problem(groups=False)
+    const = nn.Sequential(nn.Flatten(), nn.Linear(16, 4))
+    with torch.no_grad():
+        const[1].weight.zero_()
+        const[1].bias.copy_(torch.tensor([0.0, 3.0, 0.0, 0.0]))
+    rep = audit(const, ds, ["fgsm"], eps=0.05, device="cpu", probe=0)
+    assert model_state(rep.main)["state"] == "collapsed"
+    assert any("collapsed" in w and "'c1'" in w for w in rep.warnings)
+    # random labels: a working model scores about 1/K
+    g = torch.Generator().manual_seed(1)
+    noise = Dataset(x=ds.x, y=torch.randint(0, 4, (len(ds),), generator=g), classes=ds.classes)
+    model, _ = mlp_problem(groups=False)
+    rep = audit(model, noise, ["fgsm"], eps=0.05, device="cpu", probe=0)
+    assert model_state(rep.main)["state"] == "chance"
+    assert any("chance level" in w for w in rep.warnings)
+    # a working model: no such warning
+    model, ds = mlp_problem()
+    rep = audit(model, ds, ["fgsm"], eps=0.05, device="cpu", probe=0)
+    assert model_state(rep.main) is None and not any("collapsed" in w or "chance" in w for w in rep.warnings)
+
+
+def test_probe_argument_is_checked():
+    model, ds = mlp_problem()
+    with pytest.raises(RobfairError, match="probe"):
+        audit(model, ds, ["fgsm"], eps=0.05, device="cpu", probe=-1)
+
+
+def test_final_test_audit_after_training_honours_channels_last_and_precision(tmp_path, capsys):
+    from _shared import run_cli
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(["train", "--data", "digits", "--model", "smallcnn", "--method", "standard", "--epochs", "1",
+                            "--channels-last", "--eps", "0.1", "--audit-attack", "fgsm", "--set", "val_per_class=5",
+                            "--out", out], capsys)
+    assert code == 0, err
+    meta = json.loads((out / "audit.json").read_text())["meta"]
+    assert meta["channels_last"] is True and meta["precision"] == "fp32"
+    assert Outcomes.load(out / "outcomes.npz").report("fgsm") == AuditReport.load(out)["fgsm"]
