@@ -497,6 +497,8 @@ def demo(
     seed: int = typer.Option(0, min=0, max=MAX_SEED),
     device: str = typer.Option("auto"),
     allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1."),
+    probe: Optional[int] = typer.Option(None, "--probe", min=0, help="Reliability probe per class for both models "
+                                        "(0 disables)  \\[default: 2 for the PGD-AT model only]"),
 ) -> None:
     """Train a standard and a PGD-AT model on digits, audit both, show the class-wise gap."""
     from ..demo import run_demo
@@ -507,7 +509,7 @@ def demo(
     resolve_device(device)
     eps_value = check_image_eps(parse_eps(eps), ("pgd", "fgsm"), allow_large=allow_large_eps)
     with _progress() as p:
-        result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p))
+        result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p), probe=probe)
     print_demo(console, result)
 
 
