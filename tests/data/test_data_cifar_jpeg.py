@@ -118,6 +118,10 @@ def test_subsets_are_stratified_seeded_and_real_images(few_real):
     assert torch.equal(a.x, b.x)  # seeded: the same subset every time
     c = load_dataset(f"cifar10-jpeg:{path},per_class=2,seed=5", split="test")
     assert not torch.equal(a.x, c.x)
+    # sample_seed, the name the generic subset options use, is the same seed
+    assert torch.equal(load_dataset(f"cifar10-jpeg:{path},per_class=2,sample_seed=5", split="test").x, c.x)
+    with pytest.raises(DataError, match="seed and sample_seed are the same option"):
+        load_dataset(f"cifar10-jpeg:{path},per_class=2,seed=1,sample_seed=5", split="test")
     # every kept image is one of the full split's images, with its label
     for i in range(len(a)):
         j = [k for k in range(len(full)) if torch.equal(full.x[k], a.x[i])]

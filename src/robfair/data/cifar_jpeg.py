@@ -28,7 +28,7 @@ holding it.
 
 **Subsets** (seeded and stratified, in stored order): ``per_class=N`` keeps N images of every
 class; ``limit=N`` keeps N images, split over the classes in proportion to their counts (largest
-remainders); ``seed=S`` (default 0) picks which. ``test_per_class=`` / ``test_limit=`` take their
+remainders); ``seed=S`` or ``sample_seed=S`` (default 0) picks which. ``test_per_class=`` / ``test_limit=`` take their
 place for the test split, so a study can train on 1000 images per class and audit 200 per class.
 """
 
@@ -285,11 +285,15 @@ def subset_indices(y: np.ndarray, *, per_class: int | None, limit: int | None, s
 
 @register_dataset(NAME, help="CIFAR-10 as JPEG (quality 75, lossy at the scale of eps), read from the archive, "
                   "decoded once and cached", location=f"${ENV_PATH}, ~/.robfair/data/{NAME}, shared/data/",
-                  formats=f"{ARCHIVE}; options per_class=, limit=, seed=, test_per_class=, test_limit=",
+                  formats=f"{ARCHIVE}; options per_class=, limit=, seed= (or sample_seed=), test_per_class=, test_limit=",
                   aliases=("cifar-10-jpeg",))
 def load_cifar10_jpeg(root: Path | None, split: str, *, per_class: Any = None, limit: Any = None, seed: Any = None,
-                      test_per_class: Any = None, test_limit: Any = None) -> Dataset:
-    """CIFAR-10 (JPEG export) from the archive at PATH or a default location (see the module docstring)."""
+                      sample_seed: Any = None, test_per_class: Any = None, test_limit: Any = None) -> Dataset:
+    """CIFAR-10 (JPEG export) from the archive at PATH or a default location (see the module docstring).
+    ``sample_seed`` (the name every dataset's subset seed has) is the same as ``seed``."""
+    if seed is not None and sample_seed is not None:
+        raise DataError(f"{NAME}: seed and sample_seed are the same option; give one of them")
+    seed = seed if seed is not None else sample_seed
     if split == "test" and (test_per_class is not None or test_limit is not None):
         per_class, limit = test_per_class, test_limit
     pc = option_int(per_class, "per_class", minimum=1) if per_class is not None else None
