@@ -50,6 +50,7 @@ import numpy as np
 from ..errors import DataError
 from ..utils import atomic_path
 from .base import Dataset
+from .coerce import subsample
 from .registry import SPLITS, data_home, option_int, register_dataset
 
 log = logging.getLogger(__name__)
@@ -255,11 +256,8 @@ def load_arrays(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray, list
 
 
 # ---------------------------------------------------------------- subsets
-def subset_indices(y: np.ndarray, *, per_class: int | None, limit: int | None, seed: int,
-                   classes: list[str]) -> np.ndarray | None:
-    """Sorted indices of a seeded, stratified subset (None: keep everything)."""
-    if per_class is None and limit is None:
-        return None
+def check_subset(y: np.ndarray, *, per_class: int | None, limit: int | None, classes: list[str]) -> None:
+    """Refuse a subset this split cannot give (the draw itself is :func:`robfair.data.coerce.subsample`)."""
     if per_class is not None and limit is not None:
         raise DataError(f"{NAME}: per_class and limit are both given; give one of them")
     counts = np.bincount(y, minlength=len(classes))
@@ -268,19 +266,8 @@ def subset_indices(y: np.ndarray, *, per_class: int | None, limit: int | None, s
         if short:
             raise DataError(f"{NAME}: per_class={per_class} but class {', '.join(short)} has fewer images; "
                             f"lower per_class to at most {int(counts.min())}")
-        take = np.full(len(classes), per_class)
-    else:
-        if limit > y.size:  # type: ignore[operator]
-            raise DataError(f"{NAME}: limit={limit} but the split has {y.size} images; lower limit")
-        quota = counts * limit / y.size
-        take = np.floor(quota).astype(int)
-        extra = int(limit - take.sum())  # type: ignore[operator]
-        order = sorted(range(len(classes)), key=lambda c: (-(quota[c] - take[c]), c))
-        for c in order[:extra]:
-            take[c] += 1
-    rs = np.random.RandomState(seed % 2**32)
-    picked = [np.flatnonzero(y == c)[rs.permutation(int(counts[c]))[:int(take[c])]] for c in range(len(classes))]
-    return np.sort(np.concatenate(picked))
+    if limit is not None and limit > y.size:
+        raise DataError(f"{NAME}: limit={limit} but the split has {y.size} images; lower limit")
 
 
 @register_dataset(NAME, help="CIFAR-10 as JPEG (quality 75, lossy at the scale of eps), read from the archive, "
@@ -300,7 +287,5 @@ def load_cifar10_jpeg(root: Path | None, split: str, *, per_class: Any = None, l
     lim = option_int(limit, "limit", minimum=1) if limit is not None else None
     s = option_int(seed, "seed") if seed is not None else 0
     x, y, classes = load_arrays(find_archive(root), split)
-    idx = subset_indices(y, per_class=pc, limit=lim, seed=s, classes=classes)
-    if idx is not None:
-        x, y = x[idx], y[idx]
-    return Dataset(x=x, y=y, classes=classes, name=NAME)
+    check_subset(y, per_class=pc, limit=lim, classes=classes)
+    return subsample(Dataset(x=x, y=y, classes=classes, name=NAME), limit=lim, per_class=pc, seed=s)
