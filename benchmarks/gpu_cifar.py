@@ -239,7 +239,9 @@ def main(argv=None) -> int:
 
     attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     kwargs = dict(attacks=attacks, eps=args.eps, batch_size=args.audit_batch, device=str(dev), seed=args.seed,
-                  precision="fp32", channels_last=True)
+                  precision="fp32", channels_last=not args.probe)
+    # pyautoattack's input checks call .view() on the batch, which fails on channels_last tensors, so
+    # the audit runs in the default memory format when the probe (official AutoAttack) is on
     params = inspect.signature(audit).parameters
     if "probe" in params:
         kwargs["probe"] = args.probe
