@@ -203,9 +203,6 @@ def audit(
 
     # everything that can be refused is refused before the first batch: outputs, device, numbers
     out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
-    if out_path is not None and outcomes_path(out_path).exists() and not overwrite:
-        raise ConfigError(f"--out: {outcomes_path(out_path)} (the per-sample outcomes beside {out_path.name}) already "
-                          "exists; pass --overwrite to replace it, or choose another path")
     plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
     if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
         raise ConfigError("--out and --plot name the same file; give them different paths")
