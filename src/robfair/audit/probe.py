@@ -145,8 +145,9 @@ def reliability_probe(model: Any, dataset: Any, outcomes: Any, attacks: list[str
     eps_p = eps[torch.as_tensor(main.index)] if isinstance(eps, torch.Tensor) else eps
     # the probe evaluates dataset items ``main.index``; a per-sample eps is passed for those items only
     sub = dataset.subset(torch.as_tensor(main.index)) if isinstance(eps, torch.Tensor) else dataset
+    # default memory format: pyautoattack's input check calls .view(), which fails on channels_last batches
     probe = evaluate(model, sub, [aa_name], eps_p, batch_size=batch_size, device=device, seed=seed,
-                     precision=precision, channels_last=channels_last,
+                     precision=precision, channels_last=False,
                      indices=None if isinstance(eps, torch.Tensor) else main.index, stage="reliability probe")
     rec = compare_probe(main, probe, compared, aa_name, alpha=alpha)
     rec["per_group_max"] = int(per_group)
