@@ -41,7 +41,7 @@ from torch import nn
 from . import __version__
 from .errors import AttackError, ConfigError, DataError, ModelError, RobfairError
 from .metrics import GroupReport, wilson
-from .utils import atomic_path, resolve_device
+from .utils import atomic_path, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -427,8 +427,6 @@ class CertifyReport:
         """Plain JSON (schema ``robfair.certify/1``): settings, per-radius GroupReports (rebuildable),
         per-class and per-group tables, gaps with bootstrap intervals, curves and warnings. The
         per-sample outcomes go to a separate file (:meth:`write_outcomes`)."""
-        from .metrics.report import _clean_json
-
         frame = lambda df: {str(i): row for i, row in df.to_dict(orient="index").items()}  # noqa: E731
         by_list = ["class"] + (["group"] if self.has_groups else [])
         d: dict[str, Any] = {
@@ -445,7 +443,7 @@ class CertifyReport:
             "curves": {by: (lambda c: {"radius": c.index.tolist(), **{k: c[k].tolist() for k in c.columns}})(self.curves(by))
                        for by in by_list},
         }
-        return _clean_json(d)
+        return to_jsonable(d)
 
     def write_outcomes(self, path: str | Path) -> Path:
         """The per-sample outcomes as CSV (atomic write); :func:`read_outcomes` rebuilds the report."""

@@ -180,15 +180,35 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
-def _json_default(o: Any) -> Any:
+def to_jsonable(obj: Any, *, strict: bool = True) -> Any:
+    """The one JSON sanitizer: plain JSON types from dicts (keys become strings), lists, tuples,
+    numpy arrays and scalars, tensors (anything with ``detach``/``tolist``, no torch import) and
+    paths (strings). ``strict``: NaN and infinities become ``None`` so the output is strict JSON;
+    otherwise they stay floats. Other objects are returned unchanged."""
     import numpy as np  # imported lazily: `robfair --help` needs no numpy
 
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v, strict=strict) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, strict=strict) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if not strict or math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "detach") and hasattr(obj, "tolist"):  # a torch tensor, on any device
+        return to_jsonable(obj.detach().cpu().tolist(), strict=strict)
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist(), strict=strict)
+    return obj
+
+
+def _json_default(o: Any) -> Any:
+    """``json.dumps`` hook of :func:`write_json`: :func:`to_jsonable` (non-strict) of what json cannot write."""
+    out = to_jsonable(o, strict=False)
+    if out is o:
+        raise TypeError(f"not JSON serializable: {type(o).__name__}")
+    return out

@@ -9,5 +9,7 @@ from __future__ import annotations
 
 from .counts import CATEGORIES, Counts
 from .report import RATES, SCHEMA, GroupReport, seed_summary, wilson
+from .stats import chi2_contingency, dafa_rho, stratified_bootstrap
 
-__all__ = ["CATEGORIES", "Counts", "GroupReport", "RATES", "SCHEMA", "seed_summary", "wilson"]
+__all__ = ["CATEGORIES", "Counts", "GroupReport", "RATES", "SCHEMA", "chi2_contingency", "dafa_rho", "seed_summary",
+           "stratified_bootstrap", "wilson"]

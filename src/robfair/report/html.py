@@ -282,7 +282,7 @@ def model_statements(rep: Any) -> list[str]:
     prior = conf.sum(1) / max(1, conf.sum())
     chance = float(prior.max())
     o = rep.overall
-    lo, hi = wilson(int(round(o["clean_acc"] * n)), n)
+    lo, hi = wilson(rep.overall_counts()["clean_acc"], n)
     if share >= 0.9:
         out.append(f"The model is collapsed: it predicts class '{rep.class_names[top]}' for {100 * share:.0f}% of the "
                    f"clean inputs.")

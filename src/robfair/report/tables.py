@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
+from ..metrics.stats import dafa_rho, wilson
 from ..utils import atomic_path
 
 
@@ -143,12 +144,9 @@ def pm(mean: float, sd: float) -> str:
 
 
 def _wilson_overall(rep: Any, metric: str) -> tuple[float, float]:
-    from ..metrics import wilson
-
-    o = rep.overall
-    n = int(o["n"])
-    k = int(round(o[metric] * n)) if n else 0
-    return wilson(k, n) if n else (math.nan, math.nan)
+    """Wilson interval of a rate over all samples, from the exact counts."""
+    k = rep.overall_counts()
+    return wilson(k[metric], k["n"])
 
 
 # ============================================================================== statistics per setting
@@ -267,7 +265,7 @@ def summary_table(settings: list[Setting], stats: _Stats, baseline: str | None =
             rec["rho"] = math.nan
         elif base is not None:
             m, b = means[s.name], means[base.name]
-            rho = _rho(m[("rob_acc", "worst")], b[("rob_acc", "worst")], m[("rob_acc", "avg")], b[("rob_acc", "avg")])
+            rho = dafa_rho(m[("rob_acc", "worst")], b[("rob_acc", "worst")], m[("rob_acc", "avg")], b[("rob_acc", "avg")])
             row.append("-" if not math.isfinite(rho) else f"{rho:+.3f}")
             rec["rho"] = rho
         row.append("yes" if on_front else "")
@@ -336,12 +334,6 @@ def leaderboard_table(entries: Sequence[RunEntry], stats: _Stats | int = 1000) -
             "gap; overlapping intervals mean the ranking between those models is not settled by these samples.")
     return Table("leaderboard", "Worst-class robust accuracy leaderboard", columns, rows, pd.DataFrame(records), note,
                  good=emph)  # the leader's worst-class robust accuracy
-
-
-def _rho(w: float, wb: float, a: float, ab: float) -> float:
-    if not wb or not ab or not all(map(math.isfinite, (w, wb, a, ab))):
-        return math.nan
-    return (w - wb) / wb + (a - ab) / ab
 
 
 def frl_table(settings: list[Setting], stats: _Stats) -> Table:
