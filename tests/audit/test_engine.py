@@ -46,6 +46,34 @@ def test_attack_seed_comes_from_its_name_not_its_position():
     assert (other.adv_pred["pgd5"] != alone.adv_pred["pgd5"]).sum() > 0
 
 
+def test_per_batch_seeds_make_a_sharded_audit_equal_to_one_process():
+    """A torchrun audit gives each rank whole batches (``evaluate(indices=...)``); the generators
+    are seeded per batch from the dataset index of its first sample, so the joined parts equal
+    one process, random starts included, single radius and sweep alike."""
+    model, ds = mlp_problem()
+    bs = 50
+    whole = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=bs)
+    sweep = evaluate(model, ds, ["pgd5"], [0.03, 0.06], device="cpu", seed=3, batch_size=bs)
+    batches = [np.arange(s, min(s + bs, len(ds))) for s in range(0, len(ds), bs)]
+    for ranks in (2, 3):
+        shards = [np.concatenate(batches[r::ranks]) for r in range(ranks)]
+        joined = Outcomes.concat([evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=bs,
+                                           indices=s) for s in shards])
+        assert np.array_equal(joined.index, whole.index)
+        assert np.array_equal(joined.adv_pred["pgd5"], whole.adv_pred["pgd5"])
+        assert np.array_equal(joined.first_step["pgd5"], whole.first_step["pgd5"])
+        joined = Outcomes.concat([evaluate(model, ds, ["pgd5"], [0.03, 0.06], device="cpu", seed=3, batch_size=bs,
+                                           indices=s) for s in shards])
+        assert np.array_equal(joined.adv_pred["pgd5"], sweep.adv_pred["pgd5"])
+        assert np.array_equal(joined.min_eps["sweep:pgd5"], sweep.min_eps["sweep:pgd5"])
+    # the seed is the batch's: batches cut elsewhere draw other starts, and the outcomes move
+    # (so the equality above is not one the random starts could never break)
+    shifted = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=bs,
+                       indices=np.r_[np.arange(25, len(ds)), np.arange(25)])
+    order = np.argsort(shifted.index)
+    assert (shifted.adv_pred["pgd5"][:, order] != whole.adv_pred["pgd5"]).sum() > 0
+
+
 def test_outcomes_file_rebuilds_every_report_exactly(tmp_path):
     model, ds = mlp_problem()
     rep = audit(model, ds, ["fgsm", "pgd20"], eps=0.08, device="cpu", batch_size=64, probe=0)

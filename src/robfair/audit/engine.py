@@ -15,9 +15,11 @@ attack call, :func:`run_attack`, so they share:
   forward passes under ``precision`` autocast;
 - datasets on any device (batches are moved to ``device``; labels and groups come back to the CPU
   with ``.cpu()``);
-- each attack's random generator seeded from ``(seed, attack name)`` (and the radius in a sweep),
-  never from its position in the list: ``pgd20`` alone and ``pgd20`` after ``fgsm`` give the same
-  outcomes;
+- each attack's random generator seeded per batch from ``(seed, attack name, [radius in a sweep,]
+  dataset index of the batch's first sample)`` (:func:`batch_generator`), never from the attack's
+  position in the list nor from the batches before: ``pgd20`` alone and ``pgd20`` after ``fgsm``
+  give the same outcomes, and so does an audit sharded into whole batches (``evaluate(indices=...)``
+  on each rank of a torchrun audit) once its parts are joined;
 - the sanity checks of :mod:`robfair.audit.checks` on the outcomes (``Outcomes.warnings``).
 
 ``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`); here it is a
@@ -76,6 +78,14 @@ def attack_seed(seed: int, name: str, *extra: Any) -> int:
 
 def attack_generator(device: torch.device, seed: int, name: str, *extra: Any) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(attack_seed(seed, name, *extra))
+
+
+def batch_generator(device: torch.device, seed: int, name: str, first_index: int,
+                    radius: float | None = None) -> torch.Generator:
+    """The generator of one batch of one attack: seeded from ``(seed, name, [radius,] first_index)``,
+    ``first_index`` being the dataset index of the batch's first sample (``radius``: sweeps only)."""
+    extra = (int(first_index),) if radius is None else (float(radius), int(first_index))
+    return attack_generator(device, seed, name, *extra)
 
 
 def resolve_attacks(attacks: Sequence[Any], precision: str = "fp32") -> list[tuple[str, Any]]:
@@ -437,10 +447,6 @@ def evaluate(
     clean_all = np.empty(n, dtype=np.int64)
     adv_all = {name: np.empty((R, n), dtype=np.int64) for name, _ in named}
     step_all = {name: np.full((R, n), NOT_FOOLED, dtype=np.int64) for name, _ in named}
-    if sweep:
-        gens = {name: [attack_generator(dev, seed, name, e) for e in radii] for name, _ in named}  # type: ignore[union-attr]
-    else:
-        gens = {name: [attack_generator(dev, seed, name)] for name, _ in named}
     timings = {name: 0.0 for name, _ in named}
     said: dict[str, list[str]] = {name: [] for name, _ in named}  # the attacks' own reliability messages
     attacked = {name: [0] * R for name, _ in named}
@@ -460,17 +466,20 @@ def evaluate(
             y_all[pos:pos + m] = y.cpu().numpy()
             g_all[pos:pos + m] = g.cpu().numpy()
             clean_all[pos:pos + m] = clean.cpu().numpy()
+            first = int(idx[pos])  # the dataset index of the batch's first sample seeds its generators
             for name, atk in named:
                 ta = time.perf_counter()
                 if not sweep:
                     e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
-                    pred, step = run_attack(atk, net, x, y, e_b, generator=gens[name][0], early_exit=early_exit,
+                    pred, step = run_attack(atk, net, x, y, e_b, generator=batch_generator(dev, seed, name, first),
+                                            early_exit=early_exit,
                                             precision=precision, warnings=said[name])
                     adv_all[name][0, pos:pos + m] = pred.cpu().numpy()
                     step_all[name][0, pos:pos + m] = step.cpu().numpy()
                     attacked[name][0] += m
                 else:
-                    _sweep_batch(atk, net, x, y, clean, radii, gens[name], monotone, early_exit, precision,  # type: ignore[arg-type]
+                    gens = [batch_generator(dev, seed, name, first, e) for e in radii]  # type: ignore[union-attr]
+                    _sweep_batch(atk, net, x, y, clean, radii, gens, monotone, early_exit, precision,  # type: ignore[arg-type]
                                  adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
                                  said[name])
                 timings[name] += time.perf_counter() - ta
