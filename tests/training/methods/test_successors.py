@@ -21,7 +21,7 @@ from robfair.training.runner import build_model, split_train_val
 from robfair.utils import seed_everything
 from _shared import Recorder, Stop, StopAfterEpoch
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 

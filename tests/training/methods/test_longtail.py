@@ -18,7 +18,7 @@ from robfair.training.checkpointing import plain
 
 NAMES = ["at-cost-sensitive", "at-resample", "at-focal", "at-class-balanced", "at-ldam", "at-logit-adjust",
          "at-class-eps"]
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 class Net(nn.Module):

@@ -379,7 +379,7 @@ def test_no_cuda_or_ten_classes_in_the_source():
 
 # ================================================================================ configs
 def test_configs_load_and_fine_tune_with_the_frl_defaults():
-    root = Path(__file__).resolve().parents[2] / "configs"
+    root = Path(__file__).resolve().parents[3] / "configs"
     ours = ["trades", "pgd-at", *FRL_NAMES]
     for name in ours:
         cfg = load_config(root / f"{name}.yaml")

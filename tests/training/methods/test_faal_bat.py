@@ -164,7 +164,7 @@ def test_end_to_end_on_digits(method, key, tmp_path, digits):
 
     from pathlib import Path
 
-    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / f"{method}.yaml", model="mlp", epochs=1, batch_size=256, val_per_class=5,
+    cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / f"{method}.yaml", model="mlp", epochs=1, batch_size=256, val_per_class=5,
                       val_attack="pgd2", attack_options={"steps": 2}, out=str(tmp_path / method), device="cpu")
     res = train(cfg, train_data=digits)
     rec = res.history[-1]

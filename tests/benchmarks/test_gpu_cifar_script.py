@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_cifar.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_cifar.py"
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
