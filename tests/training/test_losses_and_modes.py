@@ -84,6 +84,33 @@ def test_no_method_redefines_the_trades_kl():
         assert "from ..trainer" not in src and "from ..distributed" not in src, f.name
 
 
+def test_the_training_attack_follows_the_base_through_one_helper():
+    """Methods with a TRADES / PGD-AT base declare ``base_option``; the attack comes from base_attack."""
+    import typing
+    from pathlib import Path
+
+    import robfair.training.methods as pkg
+    from robfair.training.methods import METHODS
+    from robfair.training.methods.base import base_attack
+
+    for f in Path(pkg.__file__).parent.glob("*.py"):
+        if f.name != "base.py":
+            assert '"trades-kl" if' not in f.read_text(), f.name
+    seen = set()
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        if cls.base_option is None:
+            continue
+        seen.add(cls.name)
+        choices = typing.get_args(cls.Options.model_fields[cls.base_option].annotation)
+        assert "trades" in choices and len(choices) == 2, (name, choices)
+        assert cls.default_attack == base_attack(cls.Options.model_fields[cls.base_option].default), name
+        for choice in choices:
+            m = cls({cls.base_option: choice})
+            assert m.default_attack == ("trades-kl" if choice == "trades" else "pgd10"), (name, choice)
+    assert {"cfa", "dafa", "faal", "fair-adversarial", "at-ldam", "at-focal"} <= seen, seen
+
+
 # ================================================================================ modes
 def ctx_for(method, k, attack, eps=0.1, **kw):
     ctx = TrainContext(cfg=TrainConfig(eps=eps), device=torch.device("cpu"), num_classes=k,

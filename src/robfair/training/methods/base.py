@@ -44,6 +44,11 @@ def resolve_epoch(value: float, epochs: int) -> int:
     return int(value) if value >= 1 else int(round(value * epochs))
 
 
+def base_attack(base: str) -> str:
+    """The training attack of a method's base: TRADES' KL maximization, else PGD-10 on the CE."""
+    return "trades-kl" if base == "trades" else "pgd10"
+
+
 @dataclass
 class TrainContext:
     """What the trainer shares with the method (and with callbacks) while it runs.
@@ -114,15 +119,25 @@ class Method:
     name: ClassVar[str] = "base"
     #: training attack used when the config's ``attack`` is empty; None: the method attacks nothing.
     default_attack: ClassVar[str | None] = None
+    #: the option that picks a TRADES or PGD-AT base (e.g. ``"base"``); when set, the instance's
+    #: ``default_attack`` follows it (:func:`base_attack`), so the class value is only the listing's default
+    base_option: ClassVar[str | None] = None
     #: the config's ``select`` when it is empty; None: ``clean`` without a training attack, else ``avg+worst``
     default_select: ClassVar[str | None] = None
     #: where the method and each of its modes come from (``robfair methods NAME`` shows them):
     #: ``"method"`` -> the paper; ``"option=value"`` -> paper equations / official repository at a commit
     sources: ClassVar[dict[str, str]] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.base_option is not None:  # the class value (listings): the default base's attack
+            cls.default_attack = base_attack(cls.Options.model_fields[cls.base_option].default)
+
     def __init__(self, options: "Method.Options | dict[str, Any] | None" = None, ctx: TrainContext | None = None):
         self.options = self.parse_options(options)
         self.ctx: TrainContext | None = ctx
+        if self.base_option is not None:
+            self.default_attack = base_attack(getattr(self.options, self.base_option))  # type: ignore[misc]
 
     @classmethod
     def parse_options(cls, options: "Method.Options | dict[str, Any] | None") -> "Method.Options":

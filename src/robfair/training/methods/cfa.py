@@ -101,6 +101,7 @@ class CFA(Method):
             return self
 
     name = "cfa"
+    base_option = "base"
     sources = {"method": "Wei, Wang, Guo, Wang, CVPR 2023 (CFA)",
                "ccr_form=paper": "eq. 8: (CE + beta_y KL) / (1 + beta_y)",
                "ccr_form=official": "PKU-ML/CFA@071f3334a59d144cedbe65b18019c9757bece6f2 attack.py: (1-b) CE + b KL",
@@ -110,7 +111,6 @@ class CFA(Method):
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
         super().__init__(options, ctx)
-        self.default_attack = "trades-kl" if self.options.base == "trades" else "pgd10"  # type: ignore[misc]
         self.eps_scale: torch.Tensor | None = None    # (K,) lambda1 + t_k, None: global eps
         self.class_beta: torch.Tensor | None = None   # (K,) beta_k, None: global beta
         self.train_rob_acc: torch.Tensor | None = None

@@ -74,6 +74,7 @@ class DAFA(Method):
         min_weight: float = Field(0.0, ge=0, description="lower clip of the weights")
 
     name = "dafa"
+    base_option = "base"
     sources = {"method": "Lee, Lee, Park, ICLR 2024 (DAFA), eq. 9 and Algorithm 1",
                "rule=paper": "the paper's weight update (zero-sum over class pairs)",
                "rule=official": "official code at HEAD rucy74/DAFA@c60ba8352d712c6108480a2ce7e7fa7abf30b48a (= paper)",
@@ -81,7 +82,6 @@ class DAFA(Method):
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
         super().__init__(options, ctx)
-        self.default_attack = "trades-kl" if self.options.base == "trades" else "pgd10"  # type: ignore[misc]
         self.weights: torch.Tensor | None = None      # (K,) W, None during warm-up
         self.similarity: torch.Tensor | None = None   # (K, K) p_i(j)
         self._collect = False

@@ -93,13 +93,13 @@ class FAAL(Method):
             "official", description="official: sum_k n_k L_k q_k (the code sums over samples); mean: sum_k L_k q_k")
 
     name = "faal"
+    base_option = "base"
     sources = {"method": "Zhang, Zhang, Mu, Huang, Ruan, CVPR 2024 (Towards Fairness-Aware Adversarial Learning)",
                "official": "TrustAI/FAAL@b20ee9dbe60c5ab700eaab3d41faa10e5295d39a ft_prn.py, FAAL.py (cvxpy DRO weights)",
                "objective=mean": "robfair: the class means without the batch counts"}
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None):
         super().__init__(options, ctx)
-        self.default_attack = "trades-kl" if self.options.base == "trades" else "pgd10"  # type: ignore[misc]
         self.last_weights: torch.Tensor | None = None
         self._sum_w: torch.Tensor | None = None
         self._batches = 0

@@ -269,12 +269,8 @@ class FairAdversarial(FairConstraint):
 
     name = "fair-adversarial"
     sources = {"method": "Tran et al. 2022: the fairness constraint on adversarial examples"}
-    default_attack = "pgd10"
+    base_option = "inner"
     val_rate = "rob_acc"
-
-    def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
-        super().__init__(options, ctx)
-        self.default_attack = "trades-kl" if self.options.inner == "trades" else "pgd10"  # type: ignore[misc]
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:

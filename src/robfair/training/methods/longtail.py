@@ -73,12 +73,10 @@ class LongTailAT(Method):
             "weighted-mean", description="divide the weighted sum by the sum of weights, or by the batch size")
 
     name = "longtail-base"
-    default_attack = "pgd10"
+    base_option = "base"  # the training attack follows the base: TRADES' KL maximization or PGD on CE
 
     def __init__(self, options: Any = None, ctx: TrainContext | None = None) -> None:
         super().__init__(options, ctx)
-        # the training attack follows the base: TRADES' KL maximization or PGD on CE
-        self.default_attack = "trades-kl" if self.options.base == "trades" else "pgd10"  # type: ignore[misc]
         self._ready: TrainContext | None = None
 
     # ------------------------------------------------------------------ setup
