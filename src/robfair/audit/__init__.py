@@ -18,13 +18,14 @@ from typing import Any
 
 from .checks import WORST_CASE, model_state, sanity_warnings
 from .engine import OUTCOMES_FILE, Outcomes, attack_seed, check_model_output, evaluate, outcomes_path, run_attack
+from .examples import EXAMPLES_FILE, Examples, examples_path
 from .report import SCHEMA, AuditReport, audit
 
 # kept for callers of the former module robfair.audit
 _check_model_output = check_model_output
 
-__all__ = ["AuditReport", "OUTCOMES_FILE", "Outcomes", "SCHEMA", "WORST_CASE", "attack_seed", "audit",
-           "check_model_output", "evaluate", "model_state", "outcomes_path", "run_attack", "sanity_warnings"]
+__all__ = ["AuditReport", "EXAMPLES_FILE", "Examples", "OUTCOMES_FILE", "Outcomes", "SCHEMA", "WORST_CASE", "attack_seed", "audit",
+           "check_model_output", "evaluate", "examples_path", "model_state", "outcomes_path", "run_attack", "sanity_warnings"]
 
 
 class _CallableModule(types.ModuleType):

@@ -124,22 +124,28 @@ def predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch
 
 def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                generator: torch.Generator | None, early_exit: bool = True, precision: str = "fp32",
-               warnings: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               warnings: list[str] | None = None,
+               adv_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The one place an attack is called: ``(adversarial prediction, step first fooled)`` per sample.
 
     ``y`` is always the true label (a targeted attack picks its targets by its own rule). An attack
     with ``run(...)`` (every robfair attack: :class:`robfair.attacks.AttackResult`) gives the
     prediction from its own logits and the step (``-1`` never fooled, ``-2`` fooled at an unrecorded
     step); its reliability messages are appended to ``warnings``. A plain callable
-    (``attack(model, x, y, eps) -> x_adv``) has ``x_adv`` evaluated once more, steps unrecorded."""
+    (``attack(model, x, y, eps) -> x_adv``) has ``x_adv`` evaluated once more, steps unrecorded.
+    ``adv_out``: a list the adversarial batch is appended to (detached), for callers that keep images."""
     runner = getattr(attack, "run", None)
     if callable(runner):
         res = runner(model, x, y, eps, generator=generator, early_exit=early_exit)
         if warnings is not None:
             warnings += [w for w in getattr(res, "warnings", []) if w not in warnings]
+        if adv_out is not None:
+            adv_out.append(res.x_adv.detach())
         step = getattr(res, "fooled_step", None)
         return res.adv_pred, step if step is not None else _unknown_steps(res.adv_pred, y)
     x_adv = attack(model, x, y, eps, generator=generator, early_exit=early_exit)
+    if adv_out is not None:
+        adv_out.append(x_adv.detach())
     pred = predict(model, x_adv, precision)
     return pred, _unknown_steps(pred, y)
 
@@ -218,6 +224,8 @@ class Outcomes:
     min_eps: dict[str, np.ndarray] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: per attack, the (n, C, H, W) adversarial inputs on the CPU (``evaluate(keep_adv=True)`` only; never saved)
+    adv_inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def attacks(self) -> list[str]:
@@ -402,6 +410,7 @@ def evaluate(
     monotone: bool = True,
     progress: Progress | None = None,
     stage: str = "audit",
+    keep_adv: bool = False,
 ) -> Outcomes:
     """Run ``attacks`` on ``dataset`` (or its items ``indices``) and return per-sample outcomes.
 
@@ -413,7 +422,9 @@ def evaluate(
     every larger ball, so the robust error is exact and the curve monotone (see
     :mod:`robfair.audit.eps_sweep`). ``attacks`` may be empty (clean predictions only).
     ``precision``: bf16 / fp16 only where the device runs them natively (:func:`robfair.hardware.
-    check_precision`); ``channels_last`` None: on for models with 2-D convolutions."""
+    check_precision`); ``channels_last`` None: on for models with 2-D convolutions. ``keep_adv``
+    (single radius only, for a few batches: :mod:`robfair.audit.examples`): keep every sample's
+    adversarial input in ``Outcomes.adv_inputs``."""
     from ..hardware import channels_last as to_channels_last
     from ..hardware import check_precision, wants_channels_last
     from ..utils import resolve_device
@@ -437,6 +448,8 @@ def evaluate(
         idx = torch.arange(n_all)
         ds = dataset
     sweep = isinstance(eps_v, list)
+    if keep_adv and sweep:
+        raise RobfairError("keep_adv keeps the inputs of one radius; evaluate a single eps")
     radii: list[float] | None = eps_v if sweep else ([eps_v] if isinstance(eps_v, float) else None)
     R = len(radii) if radii is not None else 1
     named = resolve_attacks(attacks, precision)
@@ -450,6 +463,7 @@ def evaluate(
     timings = {name: 0.0 for name, _ in named}
     said: dict[str, list[str]] = {name: [] for name, _ in named}  # the attacks' own reliability messages
     attacked = {name: [0] * R for name, _ in named}
+    kept: dict[str, list[torch.Tensor]] | None = {name: [] for name, _ in named} if keep_adv else None
     total_batches = math.ceil(n / int(batch_size))
     t0 = time.perf_counter()
     pos = 0
@@ -472,8 +486,8 @@ def evaluate(
                 if not sweep:
                     e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
                     pred, step = run_attack(atk, net, x, y, e_b, generator=batch_generator(dev, seed, name, first),
-                                            early_exit=early_exit,
-                                            precision=precision, warnings=said[name])
+                                            early_exit=early_exit, precision=precision, warnings=said[name],
+                                            adv_out=None if kept is None else kept[name])
                     adv_all[name][0, pos:pos + m] = pred.cpu().numpy()
                     step_all[name][0, pos:pos + m] = step.cpu().numpy()
                     attacked[name][0] += m
@@ -492,6 +506,8 @@ def evaluate(
     out = Outcomes(index=idx.numpy().astype(np.int64), y=y_all, group=g_all, clean_pred=clean_all, adv_pred=adv_all,
                    first_step=step_all, class_names=list(ds.classes), group_names=list(ds.group_names),
                    has_groups=has_groups, radii=radii, eps=eps_label)
+    if kept is not None:
+        out.adv_inputs = {name: torch.cat([a.float().cpu() for a in xs]) for name, xs in kept.items()}
     if sweep:
         for name, _ in named:
             out.min_eps[f"sweep:{name}"] = _sweep_min_eps(out, name)

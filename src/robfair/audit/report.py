@@ -6,7 +6,8 @@
     report.to_frame()          # every attack, long format
     report.warnings            # sanity checks and the reliability probe
     report.outcomes            # per-sample outcomes (robfair.audit.Outcomes)
-    report.save("runs/x/audit.json")   # audit.json + outcomes.npz beside it, both atomic
+    report.examples            # a few of the weakest class's clean / adversarial images (robfair.audit.examples)
+    report.save("runs/x/audit.json")   # audit.json + outcomes.npz + examples.npz beside it, all atomic
 
 The evaluation itself is :func:`robfair.audit.engine.evaluate` (one clean pass per batch shared by
 every attack; ``early_exit`` stops spending steps on samples already fooled, same outcome). Every
@@ -32,6 +33,7 @@ from ..metrics.views import ReportViews
 from ..utils import parse_eps
 from .checks import WORST_CASE, sanity_warnings
 from .engine import Outcomes, evaluate, outcomes_path
+from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ class AuditReport(ReportViews):
     probe: dict[str, Any] | None = None
     #: per-sample outcomes (not in audit.json; ``save`` writes them to outcomes.npz beside it)
     outcomes: Outcomes | None = field(default=None, repr=False, compare=False)
+    #: the weakest class's example images (not in audit.json; ``save`` writes them to examples.npz)
+    examples: Examples | None = field(default=None, repr=False, compare=False)
 
     # -- access -------------------------------------------------------------------------------
     @property
@@ -120,8 +124,10 @@ class AuditReport(ReportViews):
     def save(self, path: str | Path, *, bootstrap: int = 1000, seed: int = 0,
              extras: dict[str, Any] | None = None) -> Path:
         """Write ``path`` (audit.json; a folder gets ``audit.json`` inside) and, when the report has
-        per-sample outcomes, ``outcomes.npz`` beside it (``<stem>.outcomes.npz`` for another name). Both are written atomically, the outcomes
-        first, so a killed write never leaves an audit.json whose outcomes are missing or stale."""
+        per-sample outcomes, ``outcomes.npz`` beside it (``<stem>.outcomes.npz`` for another name), and
+        with examples ``examples.npz`` (``<stem>.examples.npz``); an examples file left there by an
+        earlier audit is removed when this report has none. Every file is written atomically, audit.json
+        last, so a killed write never leaves an audit.json whose outcomes are missing or stale."""
         from ..metrics.report import _clean_json
         from ..utils import write_json
 
@@ -130,12 +136,18 @@ class AuditReport(ReportViews):
             path = path / "audit.json"
         if self.outcomes is not None:
             self.outcomes.save(outcomes_path(path))
+        ex_path = examples_path(path)
+        if self.examples is not None:
+            self.examples.save(ex_path)
+        elif ex_path.is_file():
+            ex_path.unlink()  # another audit's images would not match these numbers
         write_json(path, _clean_json({**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {})}))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "AuditReport":
-        """Read audit.json (and outcomes.npz beside it, when present)."""
+        """Read audit.json (and outcomes.npz and examples.npz beside it, when present; examples
+        whose predictions differ from the outcomes are dropped with a warning in the log)."""
         from ..safeio import read_json
 
         path = Path(path).expanduser()
@@ -155,6 +167,15 @@ class AuditReport(ReportViews):
         side = outcomes_path(path)
         if side.exists():
             rep.outcomes = Outcomes.load(side)
+        ex = examples_path(path)
+        if ex.is_file():
+            try:
+                rep.examples = Examples.load(ex)
+            except RobfairError as e:
+                log.warning("%s", e)
+            if rep.examples is not None and rep.outcomes is not None and not rep.examples.matches(rep.outcomes):
+                log.warning("%s does not match %s (written by another audit); the example images are not shown", ex, side)
+                rep.examples = None
         return rep
 
     def merge(self, other: "AuditReport") -> "AuditReport":
@@ -207,6 +228,7 @@ def audit(
     mean: Sequence[float] | float | str | None = None,
     std: Sequence[float] | float | str | None = None,
     classes: Sequence[str] | None = None,
+    examples: int = DEFAULT_EXAMPLES,
 ) -> AuditReport:
     """Audit ``model`` on ``dataset`` under each attack, per group (the classes unless the dataset has groups).
 
@@ -231,6 +253,10 @@ def audit(
         (per-channel values, or a preset ``"cifar10"``, ``"cifar100"``, ``"imagenet"``).
     classes: the model's class names in output order; the dataset's labels are re-indexed to it by
         name. Without it, class names stored with the model (``load_any``) must equal the dataset's.
+    examples: how many of the weakest class's samples to keep as clean / adversarial images for the
+        report (``report.examples``, saved as examples.npz; :mod:`robfair.audit.examples`): the one or
+        two batches holding them are attacked again with the audit's seed (the strongest attack only)
+        and must reproduce the recorded predictions; 0: none.
     """
     from ..data.coerce import audit_inputs
 
@@ -243,6 +269,8 @@ def audit(
         from . import probe as _probe
 
         probe = _probe.DEFAULT_PER_GROUP
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+        raise RobfairError(f"examples must be a sample count >= 0, got {examples!r}; 0 keeps no example images")
     if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
         raise RobfairError(f"probe must be a sample count per group >= 0, got {probe!r}; 0 disables the probe")
     eps_v = _as_eps(eps, len(dataset))
@@ -273,6 +301,12 @@ def audit(
     }
     report = AuditReport(reports, meta=meta, outcomes=out)
     report.warnings = list(out.warnings)
+    if examples:
+        report.examples = weakest_examples(model, dataset, out, eps_v, n=examples, attacks=list(attacks),
+                                           batch_size=batch_size, device=device, seed=seed, precision=precision,
+                                           channels_last=out.meta["channels_last"], early_exit=early_exit)
+        if report.examples is not None:
+            meta["seconds"] = round(meta["seconds"] + (report.examples.meta.get("seconds") or 0.0), 3)
     if probe:
         rec = reliability_probe(model, dataset, out, names, eps_v, per_group=probe, seed=seed, batch_size=batch_size,
                                 device=device, precision=precision, channels_last=out.meta["channels_last"])
