@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -371,7 +372,7 @@ class Outcomes:
                            meta=dict(header.get("meta", {})))
         except FileNotFoundError:
             raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
-        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
             raise RobfairError(f"{path} is truncated or not a robfair outcomes file ({OUTCOMES_SCHEMA}); "
                                "re-run the audit") from None
 

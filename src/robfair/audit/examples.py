@@ -32,6 +32,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ class Examples:
                          meta=dict(h.get("meta", {})))
         except FileNotFoundError:
             raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
-        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
             raise RobfairError(f"{path} is truncated or not a robfair examples file ({EXAMPLES_SCHEMA}); "
                                "re-run the audit") from None
         k = ex.index.size

@@ -191,11 +191,15 @@ def audit(
                                    "summarized per group (exact for linear models, else bisection with the first attack)."),
     probe: Optional[int] = typer.Option(None, "--probe", min=0, help="Reliability probe: official AutoAttack on up to N "
                                         "samples per group, compared with the attacks (default 20; 0 disables)."),
+    examples: int = typer.Option(8, "--examples", min=0, help="With --out: keep N samples of the weakest class as "
+                                 "clean / adversarial images for `robfair report` (examples.npz; their batches are "
+                                 "attacked once more; 0: none)."),
 ) -> None:
     """Audit a model: per-class (per-group) clean and robust accuracy with intervals."""
     from ..audit import audit as run_audit
     from ..data import load_dataset
     from ..audit.engine import outcomes_path
+    from ..audit.examples import examples_path
     from ..audit.eps_sweep import parse_eps_range
     from ..report.text import print_audit
 
@@ -218,7 +222,7 @@ def audit(
     with _progress() as p:
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, probe=probe,
-                        progress=_Bars(p), classes=ds.classes)
+                        progress=_Bars(p), classes=ds.classes, examples=examples if out_path is not None else 0)
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
@@ -233,7 +237,8 @@ def audit(
                        title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
     if out_path is not None:
         rep.save(out_path, bootstrap=bootstrap, extras=extras)  # outcomes first, then audit.json
-        console.print(f"wrote {term(out_path)} and {term(outcomes_path(out_path))}", highlight=False)
+        also = f" and {term(examples_path(out_path))}" if rep.examples is not None else ""
+        console.print(f"wrote {term(out_path)}, {term(outcomes_path(out_path))}{also}", highlight=False)
     if plot_path is not None:
         console.print(f"wrote {term(plot_path)}", highlight=False)
 

@@ -8,7 +8,8 @@ figure that answers "which classes are weak, how much, and how sure" (robust acc
 95% intervals, sorted, average line, worst marked), then the class x run heatmap and the Pareto plot,
 then the tables, then one collapsible section per run (standard / boundary error split, eps curves,
 group x class heatmap, confusion matrices, training curves and the method's per-class state from
-metrics.jsonl).
+metrics.jsonl, and the weakest class's example strip: clean, adversarial and amplified perturbation
+rows from the audit's examples.npz, when there is one; see :mod:`robfair.audit.examples`).
 
 Every label (run, class, method names, warnings) goes through Jinja2 autoescaping: a class named
 ``<script>`` is shown as text. Matplotlib math parsing is off, so ``$`` in a name is text too.
@@ -49,12 +50,32 @@ class Figure:
 
 
 @dataclass
+class StripCell:
+    """One image of the example strip (a PNG as base64) with its label."""
+
+    b64: str
+    label: str
+    alt: str
+
+
+@dataclass
+class Strip:
+    """The weakest class's examples: one row of clean images, one of their adversarial versions,
+    one of the perturbations (amplified); every label is text, escaped by the template."""
+
+    title: str
+    rows: list[tuple[str, list[StripCell]]]
+    caption: str
+
+
+@dataclass
 class RunSection:
     name: str
     lines: list[str]
     figures: list[Figure]
     config: list[tuple[str, str]] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
+    strip: Strip | None = None
 
 
 @dataclass
@@ -264,6 +285,68 @@ def training_figures(entry: RunEntry) -> list[Figure]:
     return [f for f in out if f is not None]
 
 
+# ============================================================================== example strip
+#: the strip's images are enlarged (nearest neighbour) to at least this many pixels a side
+STRIP_MIN_PX = 64
+
+
+def _image_png(img: np.ndarray) -> str:
+    """A (C, H, W) uint8 image (C = 1 or 3) as a base64 PNG, enlarged by an integer factor to at
+    least :data:`STRIP_MIN_PX` pixels a side so small images stay sharp."""
+    import matplotlib.image
+
+    a = np.asarray(img, dtype=np.uint8)
+    a = a[0] if a.shape[0] == 1 else np.transpose(a[:3], (1, 2, 0))
+    f = max(1, -(-STRIP_MIN_PX // max(1, min(a.shape[:2]))))
+    a = np.repeat(np.repeat(a, f, axis=0), f, axis=1)
+    buf = io.BytesIO()
+    if a.ndim == 2:
+        matplotlib.image.imsave(buf, a, cmap="gray", vmin=0, vmax=255, format="png")
+    else:
+        matplotlib.image.imsave(buf, a, format="png")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def amplified_perturbation(clean: np.ndarray, adv: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(image, factor)``: ``adv - clean`` scaled by ``factor`` so its largest absolute value
+    reaches 127, around mid-grey 128 (uint8); factor 1 for a zero perturbation."""
+    d = adv.astype(np.int16) - clean.astype(np.int16)
+    peak = int(np.abs(d).max()) if d.size else 0
+    factor = 127.0 / peak if peak else 1.0
+    return np.clip(np.rint(128 + d * factor), 0, 255).astype(np.uint8), factor
+
+
+def example_strip(entry: RunEntry) -> Strip | None:
+    """The strip of the run's audit examples (``AuditReport.examples``), None when it has none."""
+    ex = getattr(entry.audit, "examples", None)
+    if ex is None or len(ex) == 0:
+        return None
+    names = [str(c) for c in ex.class_names]
+    groups = [str(g) for g in ex.group_names]
+    name = lambda i: names[int(i)] if 0 <= int(i) < len(names) else str(int(i))  # noqa: E731
+    clean, adv, pert = [], [], []
+    for j in range(len(ex)):
+        i = int(ex.index[j])
+        grp = f", group {groups[int(ex.group[j])]}" if ex.has_groups and 0 <= int(ex.group[j]) < len(groups) else ""
+        clean.append(StripCell(_image_png(ex.clean[j]), name(ex.clean_pred[j]),
+                               f"clean image of sample {i} (class {name(ex.y[j])}{grp}), predicted {name(ex.clean_pred[j])}"))
+        adv.append(StripCell(_image_png(ex.adv[j]), name(ex.adv_pred[j]),
+                             f"adversarial image of sample {i}, predicted {name(ex.adv_pred[j])}"))
+        p, factor = amplified_perturbation(ex.clean[j], ex.adv[j])
+        pert.append(StripCell(_image_png(p), f"×{factor:.0f}", f"perturbation of sample {i}, amplified {factor:.0f} times"))
+    fooled = int(((ex.adv_pred != ex.y) & (ex.clean_pred == ex.y)).sum())
+    eps = _fmt_eps(ex.eps)
+    return Strip(f"weakest class '{name(ex.weakest)}': clean and adversarial examples",
+                 [("clean", clean), (f"{ex.attack}, eps {eps}", adv), ("perturbation", pert)],
+                 f"{len(ex)} samples of the class with the lowest robust accuracy (worst case over the audit's "
+                 f"attacks), under the strongest attack ({ex.attack}); {fooled} of them fooled. Labels are the "
+                 "predicted classes. Samples are those the attack fooled first, then clean mistakes, then robust "
+                 "ones, in dataset order, from the one or two batches holding most fooled samples of the class; "
+                 "the adversarial images were regenerated with the audit's seed and give the predictions recorded "
+                 "in outcomes.npz. Perturbation: adversarial minus clean, scaled so its largest value fills the "
+                 "range (grey is zero).")
+
+
 # ============================================================================== plain statements
 def model_statements(rep: Any) -> list[str]:
     """Plain sentences for a model that is collapsed (one predicted class takes almost every input),
@@ -347,7 +430,8 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
             lines += run_lines(e.certify)
             if figures:
                 figs.append(curves_figure({e.name: e.certify}))
-        out.append(RunSection(e.name, lines, figs, _config_lines(e), model_statements(rep)))
+        out.append(RunSection(e.name, lines, figs, _config_lines(e), model_statements(rep),
+                              example_strip(e) if figures else None))
     return out
 
 
