@@ -30,8 +30,8 @@ MAX_TEXT_BYTES = 32 << 20
 #: values a YAML document may hold once its aliases are expanded
 YAML_MAX_ITEMS = 200_000
 #: files of a run folder that are its results (never replaced by another command)
-RUN_FILES = ("audit.json", "outcomes.npz", "eps_sweep.json", "metrics.jsonl", "config.yaml", "run.yaml", "attempts.jsonl",
-             "worker.log")
+RUN_FILES = ("audit.json", "outcomes.npz", "examples.npz", "eps_sweep.json", "metrics.jsonl", "config.yaml", "run.yaml",
+             "attempts.jsonl", "worker.log")
 #: what marks a folder as a run folder / a study folder
 RUN_MARKERS = ("checkpoints", "metrics.jsonl", "run.yaml")
 STUDY_MARKERS = ("index.sqlite", "study.yaml")

@@ -333,48 +333,66 @@ class Outcomes:
     # -- file -----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write ``path`` (``.npz``, atomically: a killed write leaves the old file or none)."""
-        from ..utils import atomic_path
-
-        path = Path(path)
         attacks = self.attacks
         header = {"schema": OUTCOMES_SCHEMA, "attacks": attacks, "class_names": list(self.class_names),
                   "group_names": list(self.group_names), "has_groups": bool(self.has_groups),
                   "radii": self.radii, "eps": self.eps, "min_eps": list(self.min_eps), "meta": self.meta}
         arrays: dict[str, np.ndarray] = {"index": self.index, "y": self.y, "group": self.group,
-                                         "clean_pred": self.clean_pred,
-                                         "header": np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)}
+                                         "clean_pred": self.clean_pred, "header": npz_header(header)}
         for i, name in enumerate(attacks):
             arrays[f"adv_pred_{i}"] = self.adv_pred[name]
             arrays[f"first_step_{i}"] = self.first_step[name]
         for i, key in enumerate(self.min_eps):
             arrays[f"min_eps_{i}"] = self.min_eps[key]
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(buf.getvalue())
-        return path
+        return write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> "Outcomes":
-        path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                header = json.loads(bytes(z["header"]).decode())
-                if header.get("schema") != OUTCOMES_SCHEMA:
-                    raise ValueError("schema")
-                attacks = header["attacks"]
-                return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
-                           adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
-                           first_step={a: z[f"first_step_{i}"] for i, a in enumerate(attacks)},
-                           class_names=list(header["class_names"]), group_names=list(header["group_names"]),
-                           has_groups=bool(header["has_groups"]), radii=header.get("radii"), eps=header.get("eps"),
-                           min_eps={k: z[f"min_eps_{i}"] for i, k in enumerate(header.get("min_eps", []))},
-                           meta=dict(header.get("meta", {})))
-        except FileNotFoundError:
-            raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
-        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
-            raise RobfairError(f"{path} is truncated or not a robfair outcomes file ({OUTCOMES_SCHEMA}); "
-                               "re-run the audit") from None
+        with read_npz(path, OUTCOMES_SCHEMA) as (header, z):
+            attacks = header["attacks"]
+            return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
+                       adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
+                       first_step={a: z[f"first_step_{i}"] for i, a in enumerate(attacks)},
+                       class_names=list(header["class_names"]), group_names=list(header["group_names"]),
+                       has_groups=bool(header["has_groups"]), radii=header.get("radii"), eps=header.get("eps"),
+                       min_eps={k: z[f"min_eps_{i}"] for i, k in enumerate(header.get("min_eps", []))},
+                       meta=dict(header.get("meta", {})))
+
+
+# ============================================================================ npz files
+def npz_header(header: dict[str, Any]) -> np.ndarray:
+    """A JSON header as the uint8 array stored under ``"header"`` (no pickles in the file)."""
+    return np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` (with a ``"header"`` from :func:`npz_header`) to ``path``, compressed and
+    atomically: a killed write leaves the old file or none."""
+    from ..utils import atomic_path
+
+    path = Path(path)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buf.getvalue())
+    return path
+
+
+@contextlib.contextmanager
+def read_npz(path: str | Path, schema: str):
+    """``(header, arrays)`` of a file of :func:`write_npz` whose header has ``schema``; a missing,
+    truncated or foreign file (or a missing array, read inside the block) is a one-line RobfairError."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(bytes(z["header"]).decode())
+            if not isinstance(header, dict) or header.get("schema") != schema:
+                raise ValueError("schema")
+            yield header, z
+    except FileNotFoundError:
+        raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
+        raise RobfairError(f"{path} is truncated or not a robfair file of schema {schema}; re-run the audit") from None
 
 
 # ============================================================================ the loop

@@ -29,10 +29,7 @@ inputs the audit attacked (the stored uint8 adversarial image is within 1/510 of
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import RobfairError
-from .engine import Outcomes, evaluate
+from .engine import Outcomes, evaluate, npz_header, read_npz, write_npz
 
 log = logging.getLogger(__name__)
 
@@ -104,42 +101,27 @@ class Examples:
     # -- file -----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write ``path`` (``.npz``, compressed, atomically)."""
-        from ..utils import atomic_path, to_jsonable
+        from ..utils import to_jsonable
 
-        path = Path(path)
         header = {"schema": EXAMPLES_SCHEMA, "attack": self.attack, "weakest": int(self.weakest),
                   "class_names": list(self.class_names), "group_names": list(self.group_names),
                   "has_groups": bool(self.has_groups), "eps": self.eps, "meta": to_jsonable(self.meta)}
-        buf = io.BytesIO()
-        np.savez_compressed(buf, index=self.index, y=self.y, group=self.group, clean=self.clean, adv=self.adv,
-                            clean_pred=self.clean_pred, adv_pred=self.adv_pred,
-                            header=np.frombuffer(json.dumps(header).encode(), np.uint8))
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(buf.getvalue())
-        return path
+        return write_npz(path, {"index": self.index, "y": self.y, "group": self.group, "clean": self.clean,
+                                "adv": self.adv, "clean_pred": self.clean_pred, "adv_pred": self.adv_pred,
+                                "header": npz_header(header)})
 
     @classmethod
     def load(cls, path: str | Path) -> "Examples":
-        path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                h = json.loads(bytes(z["header"]).decode())
-                if h.get("schema") != EXAMPLES_SCHEMA:
-                    raise ValueError("schema")
-                ex = cls(index=z["index"], y=z["y"], group=z["group"], clean=z["clean"], adv=z["adv"],
-                         clean_pred=z["clean_pred"], adv_pred=z["adv_pred"], attack=str(h["attack"]),
-                         weakest=int(h["weakest"]), class_names=list(h["class_names"]),
-                         group_names=list(h["group_names"]), has_groups=bool(h["has_groups"]), eps=h.get("eps"),
-                         meta=dict(h.get("meta", {})))
-        except FileNotFoundError:
-            raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
-        except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
-            raise RobfairError(f"{path} is truncated or not a robfair examples file ({EXAMPLES_SCHEMA}); "
-                               "re-run the audit") from None
+        with read_npz(path, EXAMPLES_SCHEMA) as (h, z):
+            ex = cls(index=z["index"], y=z["y"], group=z["group"], clean=z["clean"], adv=z["adv"],
+                     clean_pred=z["clean_pred"], adv_pred=z["adv_pred"], attack=str(h["attack"]),
+                     weakest=int(h["weakest"]), class_names=list(h["class_names"]),
+                     group_names=list(h["group_names"]), has_groups=bool(h["has_groups"]), eps=h.get("eps"),
+                     meta=dict(h.get("meta", {})))
         k = ex.index.size
         if (ex.clean.dtype != np.uint8 or ex.adv.dtype != np.uint8 or ex.clean.shape != ex.adv.shape
-                or ex.clean.ndim != 4 or ex.clean.shape[0] != k or any(a.shape != (k,) for a in
-                                                                       (ex.y, ex.group, ex.clean_pred, ex.adv_pred))):
+                or ex.clean.ndim != 4 or ex.clean.shape[0] != k
+                or any(a.shape != (k,) for a in (ex.y, ex.group, ex.clean_pred, ex.adv_pred))):
             raise RobfairError(f"{path} has inconsistent arrays; re-run the audit")
         return ex
 
