@@ -12,7 +12,8 @@ outcomes), and the paired difference to TRADES (same seed) with a t statistic.
 Results are written to ``OUT/results.json`` after every run and a rerun with the same ``--out`` skips the
 runs already there (a killed study resumes; a partial one is reportable with ``--report-only``).
 
-The CPU size of ``docs/results-methods.md`` (smallcnn width 8, 400/class, 12 epochs, Adam + cosine)::
+The CPU size of ``docs/results-methods.md`` (smallcnn width 8, 400/class, 12 epochs, Adam + cosine); ``--md``
+replaces only the text between the script's markers in that file::
 
     OMP_NUM_THREADS=1 python studies/methods_issue10.py --preset cpu --out runs/issue10-cpu --md docs/results-methods.md
 
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import t as student_t
 
 from robfair.audit import audit
 from robfair.data import load_dataset, stratified_split
@@ -50,7 +52,6 @@ METHODS = {  # label -> (method, options, fine-tunes TRADES?)
     "FAAL": ("faal", {"base": "trades"}, True),
     "BAT": ("bat", {}, False),
 }
-T_975_DF2 = 4.303  # two-sided 95% t quantile, 2 degrees of freedom (3 seeds)
 #: --preset cpu: the CPU size of docs/results-methods.md (studies/methods_cpu.py's recipe)
 PRESETS = {"cpu": dict(model="smallcnn", width=8, per_class=400, val_per_class=50, test_per_class=300, epochs=12,
                        optimizer="adam", lr=2e-3, ft_lr=1e-3, schedule="cosine", weight_decay=0.0,
@@ -111,6 +112,10 @@ def main() -> None:
     store = args.out / "results.json"
     saved = json.loads(store.read_text()) if store.exists() else {}
     results: dict[str, list[dict]] = {k: list(saved.get("results", {}).get(k, [])) for k in METHODS}
+    if args.report_only:  # describe the runs as they were measured, whatever flags this call got
+        for k, v in saved.get("args", {}).items():
+            if k not in ("out", "md", "report_only", "preset"):
+                setattr(args, k, v)
     spent = float(saved.get("seconds", 0.0))
     cpu_spent = float(saved.get("cpu_seconds", 0.0))
     full, test_full = load_dataset(args.data, "train"), load_dataset(args.data, "test")
@@ -156,7 +161,21 @@ def main() -> None:
             save()
             print(label, seed, json.dumps({k: v for k, v in results[label][-1].items() if k != "report"}), flush=True)
     if args.md:
-        args.md.write_text(markdown(args, results, spent, cpu_spent, len(test)))
+        write_section(args.md, markdown(args, results, spent, cpu_spent, len(test)))
+
+
+START, END = "<!-- methods_issue10.py: start -->", "<!-- methods_issue10.py: end -->"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace the text between the START and END markers of ``path`` (the hand-written rest of the
+    document stays); a file without the markers is written whole."""
+    old = path.read_text() if path.exists() else ""
+    if START in old and END in old:
+        head, rest = old.split(START, 1)
+        path.write_text(head + START + "\n" + text + END + rest.split(END, 1)[1])
+    else:
+        path.write_text(START + "\n" + text + END + "\n")
 
 
 def pooled(runs: list[dict], n_boot: int = 2000) -> dict:
@@ -192,8 +211,8 @@ def markdown(args, results, wall, cpu, n_test) -> str:
         "merged (`GroupReport.merge_all`: every class then holds seeds x test images outcomes), its worst-class "
         "robust accuracy and the 95% stratified bootstrap interval (`GroupReport.bootstrap`, 2000 replicates). "
         "Paired diff: worst-class robust accuracy minus TRADES' at the same seed, mean +- sd over seeds, "
-        "t = mean / (sd / sqrt(seeds)); the seed-noise criterion: with 3 seeds |t| > 4.30 (two-sided 95%, 2 "
-        "degrees of freedom). Avg robust cost: average robust accuracy minus TRADES' at the same seed.",
+        "t = mean / (sd / sqrt(seeds)); the seed-noise criterion: |t| above the two-sided 95% t quantile with "
+        "seeds - 1 degrees of freedom (4.30 for 3 seeds). Avg robust cost: average robust accuracy minus TRADES' at the same seed.",
         "",
         "| method | seeds | clean avg | robust avg (mean +- sd) | worst-class robust (mean +- sd) | pooled worst "
         "[95% CI] | paired diff vs TRADES | t | beyond seed noise | avg robust cost vs TRADES |",
@@ -220,11 +239,9 @@ def markdown(args, results, wall, cpu, n_test) -> str:
             else:
                 sd = sd_(d)
                 t = d.mean() / (sd / math.sqrt(len(d))) if sd > 0 else (0.0 if d.mean() == 0 else math.copysign(math.inf, d.mean()))
-                crit = {3: T_975_DF2}.get(len(d))
+                crit = float(student_t.ppf(0.975, len(d) - 1))
                 diff_txt, t_txt, cost = f"{p(d.mean())} +- {p(sd)}", f"{t:.2f}", f"{p(c.mean())} +- {p(sd_(c))}"
-                if crit is None:
-                    noise = f"({len(d)} seeds: compare |t| with the t quantile of {len(d) - 1} dof)"
-                elif t > crit:
+                if t > crit:
                     noise = "**yes, better**"
                     verdicts.append(f"- **{label} beats TRADES** on worst-class robust accuracy beyond the seed noise: "
                                     f"{p(d.mean())} +- {p(sd)} points (t = {t:.2f}), at an average robust accuracy "
@@ -253,7 +270,7 @@ def markdown(args, results, wall, cpu, n_test) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {w:.1f} / {c:.1f} |")
     lines += ["", "**Verdict (measured at this size only).**", ""]
     lines += verdicts or ["- No method beats TRADES on worst-class robust accuracy beyond the seed noise "
-                          "(no paired t above 4.30)."]
+                          "(no paired t above the 95% t quantile of its seed count)."]
     return "\n".join(lines) + "\n"
 
 
