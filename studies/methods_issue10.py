@@ -268,6 +268,14 @@ def markdown(args, results, wall, cpu, n_test) -> str:
         w = sum(r["train_seconds"] + r["audit_seconds"] for r in runs) / 60
         c = sum(r["cpu_seconds"] for r in runs) / 60
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {w:.1f} / {c:.1f} |")
+    ran = [label for label, runs in results.items() if runs]
+    merged = {label: GroupReport.merge_all([GroupReport.from_json(r["report"]) for r in results[label]]) for label in ran}
+    if merged:
+        first = merged[ran[0]]
+        lines += ["", "Per class, pooled over the seeds: robust accuracy (PGD-20), percent:", "",
+                  "| class | " + " | ".join(ran) + " |", "|---|" + "---|" * len(ran)]
+        for c in first.class_names:
+            lines.append(f"| {c} | " + " | ".join(p(merged[label].by_class.loc[c, "rob_acc"]) for label in ran) + " |")
     lines += ["", "**Verdict (measured at this size only).**", ""]
     lines += verdicts or ["- No method beats TRADES on worst-class robust accuracy beyond the seed noise "
                           "(no paired t above the 95% t quantile of its seed count)."]
