@@ -231,7 +231,7 @@ def markdown(args, results, wall, cpu, n_test) -> str:
     model = f"{args.model} (width {args.width})" if args.width else args.model
     sched = "cosine" if args.schedule == "cosine" else "lr /10 at 75%"
     lines = [
-        f"## Fair robust training methods, {len(seeds)} seeds (issue 10, part 6): {args.data}, {model}, "
+        f"### Fair robust training methods, {len(seeds)} seeds (issue 10, part 6): {args.data}, {model}, "
         f"{args.per_class}/class, {args.epochs} epochs",
         "",
         f"Measured by `studies/methods_issue10.py`: {args.data}, {args.per_class} training images per class "
