@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .audit import AuditReport, audit
+from .runfolder import AUDIT_FILE
 from .utils import write_json
 
 DEMO_ATTACKS = ("fgsm", "pgd20")
@@ -106,8 +107,8 @@ def run_demo(out: str | Path = "runs/demo", *, eps: float = 0.1, epochs: int = 3
         rep = result.audit
         rep.meta["checkpoint"] = str(result.best_path)
         reports[label] = rep
-    write_json(out / "audit.json", {"schema": "robfair.demo/1", "eps": eps,
-                                    "runs": {label: r.to_json() for label, r in reports.items()}})
+    write_json(out / AUDIT_FILE, {"schema": "robfair.demo/1", "eps": eps,
+                               "runs": {label: r.to_json() for label, r in reports.items()}})
     plot = classwise_bars(reports, out / "classwise.png",
                           title=f"digits test set, L-inf eps={eps:g}, worst case of {' and '.join(DEMO_ATTACKS)}")
     res = DemoResult(reports=reports, eps=eps, out=out, plot=plot, seconds=time.perf_counter() - t0)

@@ -8,8 +8,8 @@
 - :func:`check_output_file` / :func:`check_output_dir`: the output guard every writing command
   calls *before* it computes anything: the location must be creatable and writable, and a run's
   results are never overwritten unless the user asks (``--overwrite``).
-- :func:`remove_orphan_temps`: the temporary files of :func:`robfair.utils.atomic_path` that a
-  killed process left behind.
+- What a run folder is and which of its files are results (``RUN_FILES``, :func:`is_run_folder`,
+  :func:`holds_results`) and :func:`remove_orphan_temps` come from :mod:`robfair.runfolder`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ConfigError, RobfairError
+from .runfolder import CHECKPOINTS_DIR, RUN_FILES, RUN_MARKERS, holds_results, is_run_folder, is_study_folder
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +30,6 @@ log = logging.getLogger(__name__)
 MAX_TEXT_BYTES = 32 << 20
 #: values a YAML document may hold once its aliases are expanded
 YAML_MAX_ITEMS = 200_000
-#: files of a run folder that are its results (never replaced by another command)
-RUN_FILES = ("audit.json", "outcomes.npz", "examples.npz", "eps_sweep.json", "metrics.jsonl", "config.yaml", "run.yaml",
-             "attempts.jsonl", "worker.log")
-#: what marks a folder as a run folder / a study folder
-RUN_MARKERS = ("checkpoints", "metrics.jsonl", "run.yaml")
-STUDY_MARKERS = ("index.sqlite", "study.yaml")
 
 
 # ================================================================================ capped reads
@@ -154,37 +149,6 @@ def load_yaml(path: str | os.PathLike, what: str = "YAML file", *, error: type[R
 
 
 # ================================================================================ output guard
-def is_run_folder(path: Path) -> bool:
-    return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
-
-
-def is_study_folder(path: Path) -> bool:
-    return path.is_dir() and any((path / m).exists() for m in STUDY_MARKERS)
-
-
-def _finished_epoch(run_dir: Path) -> bool:
-    ck = run_dir / "checkpoints"
-    if (ck / "last.pt").exists() or (ck / "best.pt").exists():
-        return True
-    m = run_dir / "metrics.jsonl"
-    try:
-        return m.is_file() and m.stat().st_size > 0
-    except OSError:
-        return True
-
-
-def holds_results(path: Path) -> bool:
-    """A folder with a run's, a study's or a demo's results in it. A run folder whose first epoch
-    never finished (config.yaml, an empty checkpoints/) holds none: it may be started again."""
-    if not path.is_dir():
-        return False
-    if (path / "audit.json").exists() or (path / "run.yaml").exists() or is_study_folder(path):
-        return True
-    if is_run_folder(path) and _finished_epoch(path):
-        return True
-    return any(holds_results(path / sub) for sub in ("st", "at") if (path / sub).is_dir())  # a demo folder
-
-
 def _check_creatable(path: Path, what: str) -> None:
     """``path`` (file or folder, existing or not) can be created/written: no file on the way to it,
     and the closest existing folder is writable."""
@@ -218,7 +182,7 @@ def check_output_file(path: str | os.PathLike, what: str = "--out", *, overwrite
         raise ConfigError(f"{what} {p} is not a regular file (a device or pipe); choose a file path")
     _check_creatable(p, what)
     parent = p.parent
-    if is_run_folder(parent) and (p.name in RUN_FILES or parent.name == "checkpoints"):
+    if is_run_folder(parent) and (p.name in RUN_FILES or parent.name == CHECKPOINTS_DIR):
         if run_owned and not overwrite:
             raise ConfigError(f"{what} {p} is the result of the run in {parent}; pass --overwrite to replace it with "
                               f"this audit of the same checkpoint and split, or write elsewhere, e.g. {what} {alt}")
@@ -226,7 +190,7 @@ def check_output_file(path: str | os.PathLike, what: str = "--out", *, overwrite
             alt = alt or str(parent / f"{p.stem}-2{p.suffix}")
             raise ConfigError(f"{what} {p} is a result of the run in {parent}; it is never replaced by another "
                               f"command - write elsewhere, e.g. {what} {alt}")
-    if parent.name == "checkpoints" and is_run_folder(parent.parent):
+    if parent.name == CHECKPOINTS_DIR and is_run_folder(parent.parent):
         raise ConfigError(f"{what} {p} is inside the checkpoints of the run in {parent.parent}; write elsewhere")
     if p.exists() and not overwrite:
         raise ConfigError(f"{what} {p} already exists; pass --overwrite to replace it, or choose another path")
@@ -258,24 +222,3 @@ def check_output_dir(path: str | os.PathLike, what: str = "--out", *, overwrite:
     if holds_results(p):
         raise ConfigError(f"{what} {p} already holds results; {fix}")
     return p
-
-
-def remove_orphan_temps(folder: str | os.PathLike, *, recursive: bool = False) -> list[Path]:
-    """Delete the ``.NAME.XXXX.tmp`` files that :func:`robfair.utils.atomic_path` leaves when its
-    process is killed mid-write (a killed save of a 13 MB checkpoint leaves 13 MB). Only files of
-    exactly that pattern are touched; returns what was removed."""
-    root = Path(folder)
-    if not root.is_dir():
-        return []
-    found = root.rglob(".*.tmp") if recursive else root.glob(".*.tmp")
-    removed = []
-    for p in found:
-        if p.is_file() and p.name.count(".") >= 3:
-            try:
-                p.unlink()
-                removed.append(p)
-            except OSError:
-                pass
-    if removed:
-        log.info("removed %d temporary file(s) a killed process left in %s", len(removed), root)
-    return removed

@@ -121,6 +121,20 @@ def test_resume_after_an_epoch_is_bit_identical(full_run, tmp_path, digits):
     assert metric_lines(out) == metric_lines(ref_out)
 
 
+def test_a_run_killed_before_its_first_epoch_starts_again(tmp_path, digits):
+    """config.yaml, an empty metrics.jsonl and checkpoints/ (a kill before epoch 1 ended) hold no
+    result: a new run may start there without resume, as the CLI's output guard already allows."""
+    cfg = dict(data="digits", model="mlp", epochs=1, batch_size=256, eps=0.1, val_attack="none", select="clean",
+               device="cpu", out=str(tmp_path / "run"))
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text("method: standard\n")
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    result = train(TrainConfig(**cfg), train_data=digits)
+    assert [r["epoch"] for r in result.history] == [1] and len(metric_lines(tmp_path / "run")) == 1
+    with pytest.raises(ConfigError, match="already holds a run"):  # now it holds one
+        train(TrainConfig(**cfg), train_data=digits)
+
+
 def test_resume_after_a_kill_mid_epoch_is_bit_identical(full_run, tmp_path, digits):
     ref_out, ref = full_run
     out = tmp_path / "killed"

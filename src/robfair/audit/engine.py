@@ -48,25 +48,18 @@ from torch import nn
 
 from ..errors import AttackError, DataError, ModelError, RobfairError
 from ..metrics import GroupReport
+from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
 
 log = logging.getLogger(__name__)
 
 WORST_CASE = "worst-case"
 OUTCOMES_SCHEMA = "robfair.outcomes/1"
-OUTCOMES_FILE = "outcomes.npz"
 #: ``first_step`` of a sample the attack did not fool, and of a fooled sample whose step is unrecorded
 NOT_FOOLED = -1
 STEP_UNKNOWN = -2
 
 #: Progress callback: (stage, done, total).
 Progress = Callable[[str, int, int], None]
-
-
-def outcomes_path(audit_json: str | Path) -> Path:
-    """The outcomes file beside an audit JSON: ``outcomes.npz`` for ``audit.json``, else
-    ``<stem>.outcomes.npz`` (so two audits written to one folder never share one)."""
-    p = Path(audit_json)
-    return p.parent / (OUTCOMES_FILE if p.name == "audit.json" else f"{p.stem}.outcomes.npz")
 
 
 # ============================================================================ seeds and attacks

@@ -38,23 +38,16 @@ import numpy as np
 import torch
 
 from ..errors import RobfairError
+from ..runfolder import EXAMPLES_FILE, examples_path  # noqa: F401 - the audit's side files are the run folder's
 from .engine import Outcomes, evaluate, npz_header, read_npz, write_npz
 
 log = logging.getLogger(__name__)
 
 EXAMPLES_SCHEMA = "robfair.examples/1"
-EXAMPLES_FILE = "examples.npz"
 #: how many examples an audit keeps by default
 DEFAULT_EXAMPLES = 8
 #: at most this many batches are run again to regenerate the examples
 MAX_BATCHES = 2
-
-
-def examples_path(audit_json: str | Path) -> Path:
-    """The examples file beside an audit JSON: ``examples.npz`` for ``audit.json``, else
-    ``<stem>.examples.npz`` (as :func:`robfair.audit.engine.outcomes_path`)."""
-    p = Path(audit_json)
-    return p.parent / (EXAMPLES_FILE if p.name == "audit.json" else f"{p.stem}.examples.npz")
 
 
 def to_uint8(x: torch.Tensor | np.ndarray) -> np.ndarray:

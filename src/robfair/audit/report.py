@@ -30,6 +30,7 @@ from .. import __version__
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
+from ..runfolder import audit_file, audit_target
 from ..utils import parse_eps
 from .checks import WORST_CASE, sanity_warnings
 from .engine import Outcomes, evaluate, outcomes_path
@@ -131,9 +132,7 @@ class AuditReport(ReportViews):
         from ..metrics.report import _clean_json
         from ..utils import write_json
 
-        path = Path(path).expanduser()
-        if path.suffix.lower() != ".json":
-            path = path / "audit.json"
+        path = audit_target(path)
         if self.outcomes is not None:
             self.outcomes.save(outcomes_path(path))
         ex_path = examples_path(path)
@@ -150,9 +149,7 @@ class AuditReport(ReportViews):
         whose predictions differ from the outcomes are dropped with a warning in the log)."""
         from ..safeio import read_json
 
-        path = Path(path).expanduser()
-        if path.is_dir():
-            path = path / "audit.json"
+        path = audit_file(path)
         try:
             d = read_json(path, "audit")
         except FileNotFoundError:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..inert import term
+from ..runfolder import CHECKPOINTS_DIR, RunFolder, audit_target, is_audit_file, is_run_folder
 from ..safeio import check_output_dir, check_output_file
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
 
@@ -246,7 +247,7 @@ def audit(
 def _checkpoint_label(path: Path) -> str:
     """``runs/trades/checkpoints/best.pt`` -> ``trades (best.pt)``: the run, not the file name."""
     path = Path(path)
-    if path.parent.name == "checkpoints" and path.parent.parent.name:
+    if path.parent.name == CHECKPOINTS_DIR and path.parent.parent.name:
         return f"{path.parent.parent.name} ({path.name})"
     return path.name
 
@@ -365,10 +366,7 @@ def _distance_table(dist) -> Table:
 def _json_out(out: Optional[Path]) -> Optional[Path]:
     if out is None:
         return None
-    out = out.expanduser()
-    if out.suffix.lower() != ".json":
-        out = out / "audit.json"
-    return out
+    return audit_target(out)
 
 
 def _run_split(run_dir: Path) -> str:
@@ -386,7 +384,7 @@ def _run_data(run_dir: Path) -> Optional[str]:
     try:
         from ..training.config import load_config_dict
 
-        value = load_config_dict(run_dir / "config.yaml").get("data")
+        value = load_config_dict(RunFolder(run_dir).config).get("data")
         return None if value is None else str(value)
     except Exception:  # noqa: BLE001 - no or unreadable config.yaml
         return None
@@ -400,12 +398,10 @@ def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool,
     path = _json_out(out)
     if path is None:
         return None
-    from ..safeio import is_run_folder
-
     run_dir = path.parent
-    if path.name == "audit.json" and is_run_folder(run_dir):
+    if is_audit_file(path) and is_run_folder(run_dir):
         own = (not str(model).startswith("robustbench:")
-               and Path(model).expanduser().resolve() == (run_dir / "checkpoints" / "best.pt").resolve())
+               and Path(model).expanduser().resolve() == RunFolder(run_dir).best.resolve())
         run_split = _run_split(run_dir)
         tag = f"{split}" if own else f"{_model_label(str(model))}-{split}"
         alt = str(run_dir / f"audit-{tag}.json")

@@ -37,6 +37,8 @@ import pandas as pd
 from ..errors import RobfairError
 from ..metrics import wilson
 from ..report.tables import Table, pct
+from ..runfolder import audit_file, is_audit_file
+from .results import read_audit
 
 RATES = (("clean_acc", "clean"), ("rob_acc", "robust"), ("bndy_err", "boundary error"))
 #: metrics where lower is better (a negative difference is an improvement)
@@ -280,7 +282,7 @@ def run_label(path: str | Path) -> str:
     p = Path(path).expanduser()
     if p.is_dir():
         return p.resolve().name
-    return p.resolve().parent.name if p.name == "audit.json" else p.stem
+    return p.resolve().parent.name if is_audit_file(p) else p.stem
 
 
 def unique_labels(paths: Sequence[str | Path], names: Sequence[str] = ()) -> list[str]:
@@ -306,12 +308,8 @@ def unique_labels(paths: Sequence[str | Path], names: Sequence[str] = ()) -> lis
 
 def load_report(path: str | Path) -> tuple[str, Any]:
     """(label, AuditReport) from a run folder or an audit.json file."""
-    from .runfolder import read_audit
-
-    p = Path(path).expanduser()
-    label = run_label(p)
-    if p.is_dir():
-        p = p / "audit.json"
+    label = run_label(path)
+    p = audit_file(path)
     if not p.exists():
         raise RobfairError(f"{p} does not exist; pass a finished run folder (with audit.json) or an audit.json file")
     try:

@@ -48,6 +48,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import ConfigError, RobfairError
+from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
 from ..utils import parse_eps
 
@@ -201,7 +202,7 @@ class RunSpec(BaseModel):
     @classmethod
     def load(cls, run_dir: str | Path) -> "RunSpec":
         """Read ``RUN_DIR/run.yaml``; a one-line ConfigError when it is missing or broken."""
-        p = Path(run_dir) / "run.yaml"
+        p = RunFolder(run_dir).run_spec
         try:
             data = yaml_loads(read_text_capped(p, "run file", error=ConfigError), f"run file {p}")
         except FileNotFoundError:

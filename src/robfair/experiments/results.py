@@ -23,22 +23,70 @@ from typing import Any, Sequence
 import yaml
 
 from ..errors import RobfairError
-from ..safeio import read_text_capped, yaml_loads
 from ..report.tables import RunEntry
+from ..runfolder import (AUDIT_FILE, CHECKPOINTS_DIR, CONFIG_FILE, RUN_SPEC_FILE, TENSORBOARD_DIR, RunFolder,
+                         is_audit_file)
+from ..safeio import read_json, read_text_capped, yaml_loads
 from .config import RUN_SCHEMA, RunSpec
 from .store import INDEX_NAME, Store
-from .runfolder import EPS_SWEEP_FILE, incomplete_reason, read_audit, read_eps_sweep
 
-_SKIP_DIRS = {"checkpoints", "tensorboard", "slurm", "__pycache__"}
+_SKIP_DIRS = {CHECKPOINTS_DIR, TENSORBOARD_DIR, "slurm", "__pycache__"}
 _SEED_SUFFIX = re.compile(r"(?:^|[,_-])seed[=_-]?\d+$|[_-]s\d+$")
+
+
+def read_audit(path: str | Path) -> Any:
+    """An AuditReport from ``audit.json`` (with the per-sample outcomes of ``outcomes.npz`` beside it,
+    when present); RobfairError when missing, truncated or not an audit."""
+    from ..audit import AuditReport
+
+    return AuditReport.load(path)
+
+
+def read_eps_sweep(path: str | Path) -> list[Any] | None:
+    """One AuditReport per radius of ``eps_sweep.json`` (an :class:`~robfair.audit.eps_sweep.EpsSweep`;
+    None when absent); RobfairError when broken."""
+    import json
+
+    from ..audit.eps_sweep import EpsSweep
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        sweep = EpsSweep.from_json(read_json(path, "eps sweep"))
+        for a, e in zip(sweep.audits, sweep.eps):
+            a.meta.setdefault("eps", e)
+        return sweep.audits
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RobfairError):
+        raise RobfairError(f"{path} is truncated or not an eps sweep") from None
+
+
+def incomplete_reason(run_dir: str | Path, spec: RunSpec | None = None) -> str | None:
+    """Why ``run_dir`` is not a finished run (None when it is): no checkpoint, no or broken audit.json,
+    no or broken eps_sweep.json when its study asks for one."""
+    run = RunFolder(run_dir)
+    missing = run.missing()
+    if missing is not None:
+        return missing
+    try:
+        read_audit(run.audit)
+    except RobfairError as e:
+        return str(e).replace(str(run.audit), AUDIT_FILE)
+    if spec is not None and spec.audit.get("eps_sweep"):
+        try:
+            if read_eps_sweep(run.eps_sweep) is None:
+                return f"{run.eps_sweep.name} is missing"
+        except RobfairError as e:
+            return str(e)
+    return None
 
 
 def find_run_dirs(root: Path) -> list[Path]:
     """``root`` itself when it is a run folder, else every run folder below it (sorted)."""
-    if (root / "run.yaml").exists() or (root / "config.yaml").exists():
+    if (root / RUN_SPEC_FILE).exists() or (root / CONFIG_FILE).exists():
         return [root]
     found = set()
-    for marker in ("run.yaml", "config.yaml"):
+    for marker in (RUN_SPEC_FILE, CONFIG_FILE):
         for p in root.rglob(marker):
             rel = p.parent.relative_to(root).parts
             if any(part.startswith(".") or part in _SKIP_DIRS for part in rel):
@@ -104,7 +152,7 @@ def load_audit_file(path: str | Path) -> list[RunEntry]:
         raise RobfairError(f"{path} does not exist; pass a run folder, a study folder or an audit.json file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         raise RobfairError(f"{path} is truncated or not JSON; pass an audit.json written by robfair") from None
-    name = path.parent.resolve().name if path.name == "audit.json" else path.stem
+    name = path.parent.resolve().name if is_audit_file(path) else path.stem
     if isinstance(d, dict) and d.get("schema") == "robfair.demo/1":
         from ..audit import AuditReport
 
@@ -116,13 +164,13 @@ def load_audit_file(path: str | Path) -> list[RunEntry]:
                 raise RobfairError(f"{path}: run '{label}' is not a robfair audit ({e})") from None
             run_dir = path.parent / {"standard": "st", "pgd-at": "at"}.get(label, label)
             out.append(RunEntry(name=str(label), audit=audit, config=_audit_config(audit),
-                                path=run_dir if (run_dir / "metrics.jsonl").exists() else None))
+                                path=run_dir if RunFolder(run_dir).metrics.exists() else None))
         return out
     audit = read_audit(path)
     from ..report.certify import read_certify
 
     return [RunEntry(name=name, audit=audit, config=_audit_config(audit), eps_sweep=_sweep_from_audit(path),
-                     path=path.parent, certify=read_certify(path.parent) if path.name == "audit.json" else None)]
+                     path=path.parent, certify=read_certify(path.parent) if is_audit_file(path) else None)]
 
 
 def load_paths(paths: Sequence[str | Path], *, skip_incomplete: bool = False) -> tuple[list[RunEntry], list[str]]:
@@ -154,7 +202,8 @@ def load_paths(paths: Sequence[str | Path], *, skip_incomplete: bool = False) ->
 def load_entry(run_dir: Path, root: Path) -> RunEntry:
     """One finished run; RobfairError naming the folder and what is missing otherwise."""
     spec = None
-    if (run_dir / "run.yaml").exists():
+    run = RunFolder(run_dir)
+    if run.run_spec.exists():
         try:
             spec = RunSpec.load(run_dir)
         except RobfairError as e:
@@ -162,15 +211,15 @@ def load_entry(run_dir: Path, root: Path) -> RunEntry:
     reason = incomplete_reason(run_dir, spec)
     if reason is not None:
         raise RobfairError(f"run folder {run_dir} is not finished: {reason}")
-    audit = read_audit(run_dir / "audit.json")
-    eps_sweep = read_eps_sweep(run_dir / EPS_SWEEP_FILE) or _sweep_from_audit(run_dir / "audit.json")
+    audit = read_audit(run.audit)
+    eps_sweep = read_eps_sweep(run.eps_sweep) or _sweep_from_audit(run.audit)
     from ..report.certify import read_certify
 
     cert = read_certify(run_dir)
     if spec is not None:
         return RunEntry(name=spec.name, group=spec.group, seed=spec.seed, config=dict(spec.train),
                         overrides=dict(spec.overrides), audit=audit, eps_sweep=eps_sweep, path=run_dir, certify=cert)
-    config = _read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    config = _read_yaml(run.config) if run.config.exists() else {}
     config.pop("run_info", None)
     name = run_dir.name if run_dir == root else run_dir.relative_to(root).as_posix()
     seed = config.get("seed")
@@ -186,13 +235,13 @@ def load_runs(root: str | Path, *, skip_incomplete: bool = False) -> tuple[list[
     if not root.exists():
         raise RobfairError(f"{root} does not exist; pass a run folder or a study output folder such as runs/frl-table")
     if root.is_file():
-        if root.name == "audit.json" and ((root.parent / "run.yaml").exists() or (root.parent / "config.yaml").exists()):
+        if is_audit_file(root) and (RunFolder(root.parent).run_spec.exists() or RunFolder(root.parent).config.exists()):
             root = root.parent  # the run folder it belongs to (config, metrics.jsonl, checkpoints)
         else:
             return load_audit_file(root), []
     dirs = find_run_dirs(root)
-    if not dirs and (root / "audit.json").is_file():
-        return load_audit_file(root / "audit.json"), []
+    if not dirs and RunFolder(root).audit.is_file():
+        return load_audit_file(RunFolder(root).audit), []
     if not dirs:
         raise RobfairError(f"no runs under {root} (no folder with run.yaml or config.yaml, no audit.json); pass a "
                            "study output folder such as runs/frl-table, an audit.json, or run `robfair sweep STUDY.yaml` first")
@@ -234,4 +283,5 @@ def study_info(root: str | Path) -> dict[str, Any]:
         return {}
 
 
-__all__ = ["find_run_dirs", "load_audit_file", "load_entry", "load_paths", "load_runs", "study_info", "RUN_SCHEMA"]
+__all__ = ["find_run_dirs", "incomplete_reason", "load_audit_file", "load_entry", "load_paths", "load_runs", "read_audit",
+           "read_eps_sweep", "study_info", "RUN_SCHEMA"]

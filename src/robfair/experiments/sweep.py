@@ -27,11 +27,12 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ConfigError
+from ..runfolder import RunFolder
 from ..utils import atomic_path
 from .backends import Job, LocalBackend, SlurmBackend, check_backend
 from .config import RunSpec, StudyConfig, config_differences
+from .results import incomplete_reason, read_audit
 from .store import INDEX_NAME, Store, headline_metrics
-from .runfolder import incomplete_reason, log_attempt, read_audit
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def folder_state(run_dir: Path, spec: RunSpec) -> str:
     """'new', 'partial' or 'complete'; ConfigError when the folder holds something else."""
     if not run_dir.exists() or not any(run_dir.iterdir()):
         return "new"
-    if not (run_dir / "run.yaml").exists():
+    if not RunFolder(run_dir).run_spec.exists():
         raise ConfigError(f"{run_dir} exists and is not a run of this sweep (no run.yaml); move it away or "
                           "choose another --out")
     try:
@@ -142,17 +143,16 @@ def sweep(study: StudyConfig, *, out: str | Path | None = None, backend: str = "
     todo: list[Job] = []
     with Store(index, wal=wal, stale_after=stale_after) as store:
         for r in runs:
-            path = r.run_dir / "run.yaml"
-            if not path.exists() or RunSpec.load(r.run_dir).model_dump() != r.spec.model_dump():
-                with atomic_path(path) as tmp:
-                    tmp.write_text(r.spec.to_yaml())
+            run = RunFolder(r.run_dir)
+            if not run.run_spec.exists() or RunSpec.load(r.run_dir).model_dump() != r.spec.model_dump():
+                run.write_text(run.run_spec, r.spec.to_yaml())
             store.register(r.name, study=study.name, group=r.spec.group, run_dir=r.run_dir, config_hash=r.spec.hash)
             row = store.get(r.name)
             if r.state == "complete":
                 live = row["status"] == "running" and not store.is_stale(row)  # closing its claim right now
                 if row["status"] != "done" and not live:  # finished but not recorded (died after audit.json)
-                    store.adopt(r.name, headline_metrics(read_audit(r.run_dir / "audit.json")))
-                    log_attempt(r.run_dir, "adopt")
+                    store.adopt(r.name, headline_metrics(read_audit(run.audit)))
+                    run.log_attempt("adopt")
                 continue
             if row["status"] == "done":  # the index says done but the folder lost its results: redo
                 store.reset(r.name)

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RobfairError
-from ..utils import write_json
+from ..runfolder import RunFolder
 from .config import RunSpec
-from .runfolder import EPS_SWEEP_FILE, log_attempt, repair_metrics
 from .store import Store, headline_metrics, process_alive, process_start
 
 log = logging.getLogger(__name__)
@@ -92,20 +91,21 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
 
     if threads:
         torch.set_num_threads(int(threads))
-    repair_metrics(run_dir)
+    run = RunFolder(run_dir)
+    run.repair_metrics()
     cfg = spec.train_config(run_dir, resume=True)
     a = spec.audit
     callbacks = []
     if spec.tracking.get("tensorboard"):
         from .tracking import TensorBoardCallback
 
-        callbacks.append(TensorBoardCallback(run_dir / "tensorboard"))
+        callbacks.append(TensorBoardCallback(run.tensorboard))
 
     def do_audit(model: Any, data: Any, eps: float) -> AuditReport:
         rep = audit(model, data, attacks=a["attacks"], eps=eps, batch_size=a["batch_size"], device=cfg.device,
                     early_exit=a["early_exit"], seed=a["seed"], precision=a["precision"],
                     channels_last=a["channels_last"], probe=a.get("probe"))
-        rep.meta.update(run=spec.name, split=a["split"], checkpoint=str(run_dir / "checkpoints" / "best.pt"))
+        rep.meta.update(run=spec.name, split=a["split"], checkpoint=str(run.best))
         return rep
 
     test = None
@@ -123,7 +123,7 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
                           batch_size=a["batch_size"], device=cfg.device, seed=a["seed"], precision=a["precision"],
                           channels_last=a["channels_last"], early_exit=a["early_exit"])
         sweep.meta.update(run=spec.name, split=a["split"])
-        write_json(run_dir / EPS_SWEEP_FILE, sweep.to_json())
+        run.write_json(run.eps_sweep, sweep.to_json())
     return result.audit
 
 
@@ -144,8 +144,7 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
             log.info("%s: not run (%s)", spec.name, got)
             store.close()
             return "done" if got == "done" else "busy"
-    from ..safeio import remove_orphan_temps
-
+    run = RunFolder(run_dir)
     watch = _Watch(index_path, spec.name, interval=heartbeat_s, parent=parent, wal=wal,
                    stale_after=stale_after)
     in_main = threading.current_thread() is threading.main_thread()
@@ -154,10 +153,9 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
     t0 = time.perf_counter()
     status, error = "failed", None
     try:  # from the claim on, every way out closes it (an interrupt here included)
-        remove_orphan_temps(run_dir)  # the claim is ours: what a killed attempt left can go
-        remove_orphan_temps(run_dir / "checkpoints")
-        epochs_before = repair_metrics(run_dir)
-        log_attempt(run_dir, "start", resumed_after_epochs=epochs_before, job_id=job_id)
+        run.remove_orphan_temps()  # the claim is ours: what a killed attempt left can go
+        epochs_before = len(run.repair_metrics())
+        run.log_attempt("start", resumed_after_epochs=epochs_before, job_id=job_id)
         watch.start()
         try:
             rep = run_spec(spec, run_dir, threads=threads)
@@ -169,7 +167,7 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
         metrics = headline_metrics(rep)
         if store is not None:
             store.finish(spec.name, "done", metrics=metrics)
-        log_attempt(run_dir, "done", seconds=round(time.perf_counter() - t0, 2), **metrics)
+        run.log_attempt("done", seconds=round(time.perf_counter() - t0, 2), **metrics)
     except (Interrupted, KeyboardInterrupt) as e:
         if in_main:  # a second Ctrl-C / SIGTERM must not cut the release short
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -178,7 +176,7 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
         reason = watch.reason or f"{type(e).__name__} {e}".strip()
         if store is not None:
             store.release(spec.name, reason=reason)
-        log_attempt(run_dir, "interrupted", reason=reason, seconds=round(time.perf_counter() - t0, 2))
+        run.log_attempt("interrupted", reason=reason, seconds=round(time.perf_counter() - t0, 2))
     except RobfairError as e:
         error = str(e)
     except Exception as e:  # a bug or a crash: keep the sweep going, record it on the run
@@ -191,7 +189,7 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
     if status == "failed":
         if store is not None:
             store.finish(spec.name, "failed", error=error)
-        log_attempt(run_dir, "failed", error=error, seconds=round(time.perf_counter() - t0, 2))
+        run.log_attempt("failed", error=error, seconds=round(time.perf_counter() - t0, 2))
         log.error("run %s failed: %s", spec.name, error)
     if store is not None:
         store.close()

@@ -21,7 +21,6 @@ import base64
 import contextlib
 import html as _html
 import io
-import json
 import math
 import os
 import re
@@ -34,6 +33,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from markupsafe import Markup
 
+from ..runfolder import RunFolder, is_audit_file, read_jsonl
 from ..utils import atomic_path
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
                      to_markdown, write_csvs)
@@ -253,18 +253,7 @@ def read_history(entry: RunEntry) -> list[dict[str, Any]]:
     """The run's metrics.jsonl lines (empty when there is none; unreadable lines skipped)."""
     if entry.path is None:
         return []
-    p = Path(entry.path) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl(RunFolder(entry.path).metrics)
 
 
 def training_figures(entry: RunEntry) -> list[Figure]:
@@ -485,7 +474,7 @@ def default_title(paths: Sequence[str | Path]) -> str:
     for p in paths:
         p = Path(p).expanduser().resolve()
         if p.is_file() or p.suffix.lower() == ".json":
-            p = p.parent if p.name == "audit.json" else p.with_suffix("")
+            p = p.parent if is_audit_file(p) else p.with_suffix("")
         names.append(p.name or str(p))
     names = list(dict.fromkeys(n for n in names if n))
     return " vs ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else "robfair report"

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, RobfairError
+from ..runfolder import RunFolder
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     """The raw mapping of a YAML config file (a run folder's config.yaml works too), not validated."""
     p = Path(path)
     if p.is_dir():
-        p = p / "config.yaml"
+        p = RunFolder(p).config
     try:
         from ..safeio import read_text_capped, yaml_loads
 

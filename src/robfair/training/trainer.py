@@ -15,7 +15,8 @@ Randomness: data order, augmentation and attack random starts use generators re-
 ``last.pt``. A killed run resumed with ``resume=True`` therefore redoes the interrupted epoch from
 exactly the state it started with and ends bit-identical (on CPU) to an uninterrupted run.
 
-The run folder (``cfg.out``; None trains in memory and writes nothing)::
+The run folder (``cfg.out``; None trains in memory and writes nothing), written through
+:class:`robfair.runfolder.RunFolder`::
 
     config.yaml            resolved config + run_info (versions, git commit, device)
     checkpoints/last.pt    model + optimizer, scheduler, scaler, EMA, method state, RNG states, epoch, step
@@ -27,7 +28,6 @@ The run folder (``cfg.out``; None trains in memory and writes nothing)::
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import platform
@@ -44,7 +44,8 @@ from torch import nn
 
 from ..errors import ConfigError, RobfairError
 from ..hardware import channels_last as to_channels_last
-from ..utils import atomic_path, write_json
+from ..runfolder import RunFolder
+from ..utils import to_jsonable
 from . import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
 from .config import TrainConfig
@@ -88,11 +89,11 @@ class RunResult:
 
     @property
     def last_path(self) -> Path | None:
-        return None if self.out is None else self.out / "checkpoints" / "last.pt"
+        return None if self.out is None else RunFolder(self.out).last
 
     @property
     def best_path(self) -> Path | None:
-        return None if self.out is None else self.out / "checkpoints" / "best.pt"
+        return None if self.out is None else RunFolder(self.out).best
 
 
 # ================================================================================ selection
@@ -189,23 +190,6 @@ def _place(ds: Any, device: torch.device) -> Any:
     return ds.to(device)
 
 
-def _json_clean(obj: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> python, tensors -> lists."""
-    if isinstance(obj, dict):
-        return {str(k): _json_clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_clean(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
-        return _json_clean(obj.detach().cpu().tolist())
-    if isinstance(obj, np.ndarray):
-        return _json_clean(obj.tolist())
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
-
-
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
@@ -293,6 +277,9 @@ class Trainer:
         self.test = test
         self.out = Path(cfg.out).expanduser() if cfg.out and self.dist.is_main else None
         self.run_dir = Path(cfg.out).expanduser() if cfg.out else None
+        #: the run folder this process writes (rank 0 only; None in memory) and the one every rank reads
+        self.folder = RunFolder(self.out) if self.out is not None else None
+        self.run = RunFolder(self.run_dir) if self.run_dir is not None else None
         self.class_names = list(train.classes)
         self.num_classes = len(self.class_names)
 
@@ -401,25 +388,23 @@ class Trainer:
             if self.cfg.resume:
                 raise ConfigError("resume needs a run folder; set out to the folder of the run to continue")
             return
-        last = self.run_dir / "checkpoints" / "last.pt"
-        if self.out is not None:  # what a killed save left: .last.pt.XXXX.tmp and the like
-            from ..safeio import remove_orphan_temps
-
-            remove_orphan_temps(self.out)
-            remove_orphan_temps(self.out / "checkpoints")
+        assert self.run is not None
+        last = self.run.last
+        if self.folder is not None:  # what a killed save left: .last.pt.XXXX.tmp and the like
+            self.folder.remove_orphan_temps()
         resumed = self.cfg.resume and last.exists()
         if resumed:
             self._load_resume(last)
-        elif not self.cfg.resume and (last.exists() or (self.run_dir / "metrics.jsonl").exists()):
+        elif not self.cfg.resume and self.run.finished_an_epoch():  # as the CLI's output guard (safeio) judges it
             raise ConfigError(f"run folder {self.run_dir} already holds a run; pass resume to continue it "
                               "or choose another out folder")
         D.barrier(self.dist)  # every rank has checked the folder before rank 0 writes to it
-        if self.out is not None:
-            (self.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if self.folder is not None:
+            self.folder.prepare()
             if not resumed:
-                with atomic_path(self.out / "config.yaml") as tmp:
-                    tmp.write_text(self.cfg.to_yaml(run_info(self.device, self.dist.world_size)))
-            self._rewrite_metrics()
+                self.folder.write_text(self.folder.config, self.cfg.to_yaml(run_info(self.device, self.dist.world_size)))
+            # the metrics lines of completed epochs only: a crash may leave a line ahead of last.pt, or half a line
+            self.history = self.folder.repair_metrics(through_epoch=self.epoch, create=True)
 
     def _train_state(self) -> dict[str, Any]:
         return plain({
@@ -473,38 +458,21 @@ class Trainer:
         self._resume_rng = rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0]
         log.info("resuming %s after epoch %d (step %d)", self.run_dir, self.epoch, self.step)
 
-    def _rewrite_metrics(self) -> None:
-        """Keep the metrics lines of completed epochs only (a crash may leave a line ahead of last.pt,
-        or half a line: ``repair_metrics`` drops unreadable lines first)."""
-        from ..experiments.runfolder import repair_metrics
-
-        assert self.out is not None
-        path = self.out / "metrics.jsonl"
-        repair_metrics(self.out)
-        lines = path.read_text().splitlines() if path.exists() else []
-        kept = [json.loads(s) for s in lines if s.strip()]
-        kept = [r for r in kept if r["epoch"] <= self.epoch]
-        self.history = kept
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-
     def _save(self, record: dict[str, Any], is_best: bool) -> None:
         from ..models import save_checkpoint
 
         state = self._train_state()  # collective under DDP: every rank computes it
-        if self.out is None:
+        if self.folder is None:
             if is_best:
                 self._best_state = {k: v.detach().clone() for k, v in self.eval_model.state_dict().items()}
             return
-        ck = self.out / "checkpoints"
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self.folder.append_metrics(record)
         if is_best:
-            save_checkpoint(ck / "best.pt", self.eval_model, classes=self.class_names,
+            save_checkpoint(self.folder.best, self.eval_model, classes=self.class_names,
                             extra=plain({"epoch": record["epoch"], "select": self.cfg.select,
                                           "score": self.best_score,
                                           "val": (record.get("val") or {}).get("summary"), "split": self.split}))
-        save_checkpoint(ck / "last.pt", self.raw_model, classes=self.class_names,
+        save_checkpoint(self.folder.last, self.raw_model, classes=self.class_names,
                         extra={"trainer": state, "split": self.split})
 
     # ------------------------------------------------------------------ the loop
@@ -544,12 +512,12 @@ class Trainer:
                            best_epoch=self.best_epoch, best_score=self.best_score, out=self.run_dir)
         if self.test is not None and self.final_audit is not None and self.dist.is_main:
             result.audit = self.final_audit(result.best_model, self.test)
-            if self.out is not None:
+            if self.folder is not None:
                 if hasattr(result.audit, "save"):  # an AuditReport: audit.json + outcomes.npz
-                    result.audit.save(self.out / "audit.json")
+                    result.audit.save(self.folder.audit)
                 else:
                     payload = result.audit.to_json() if hasattr(result.audit, "to_json") else result.audit
-                    write_json(self.out / "audit.json", _json_clean(payload))
+                    self.folder.write_json(self.folder.audit, payload, strict=True)
         self._emit("on_train_end", result)
         D.barrier(self.dist)
         if self._owns_group:
@@ -558,10 +526,10 @@ class Trainer:
 
     def _load_best(self) -> nn.Module:
         best = copy.deepcopy(self.eval_model)
-        if self.out is not None and (self.out / "checkpoints" / "best.pt").exists():
+        if self.folder is not None and self.folder.best.exists():
             from ..models import load_checkpoint
 
-            loaded, _ = load_checkpoint(self.out / "checkpoints" / "best.pt", map_location="cpu")
+            loaded, _ = load_checkpoint(self.folder.best, map_location="cpu")
             best.load_state_dict(loaded.state_dict())
         elif self._best_state is not None:
             best.load_state_dict(self._best_state)
@@ -688,7 +656,7 @@ class Trainer:
             is_best = score is not None and (self.best_score is None or score > self.best_score)
         if is_best:
             self.best_epoch, self.best_score = epoch + 1, score
-        return _json_clean({
+        return to_jsonable({
             "epoch": epoch + 1,
             "step": self.step,
             "lr": train.pop("lr"),
