@@ -18,8 +18,9 @@ from .config import TrainConfig, load_config
 _LAZY = {
     **{name: "methods" for name in ("METHODS", "Method", "TrainContext", "build_method")},
     **{name: "runner" for name in ("build_model", "split_train_val", "train")},
-    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer", "random_crop_flip", "select_best",
-                                    "selection_score", "val_summary")},
+    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer", "random_crop_flip")},
+    **{name: "selection" for name in ("Selection", "select_best", "selection_score", "val_summary")},
+    **{name: "optim" for name in ("make_optimizer", "make_scheduler", "eps_warmup_scale")},
 }
 
 
@@ -38,5 +39,5 @@ def __dir__() -> list[str]:
 __all__ = [
     "TrainConfig", "load_config", "METHODS", "Method", "TrainContext", "build_method", "Trainer", "RunResult",
     "Callback", "train", "build_model", "split_train_val", "select_best", "selection_score", "val_summary",
-    "random_crop_flip",
+    "random_crop_flip", "Selection", "make_optimizer", "make_scheduler", "eps_warmup_scale",
 ]

@@ -50,6 +50,9 @@ from . import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
 from .config import TrainConfig
 from .methods import Method, TrainContext, build_method
+from .optim import eps_warmup_scale, make_optimizer, make_scheduler
+from .selection import RATES as _RATES
+from .selection import Selection, val_summary
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,6 @@ _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _SEED_TAGS = {"order": 1, "augment": 2, "attack": 3, "val": 4, "val-initial": 5}
 #: statistics of each rate kept in metrics.jsonl (GroupReport.aggregates has more)
 _AGG_KEYS = ("avg", "class_mean", "worst", "best", "gap", "sd", "tail_k", "worst_group")
-_RATES = ("clean_acc", "rob_acc", "std_err", "bndy_err", "rob_err")
 
 
 # ================================================================================ callbacks / result
@@ -94,49 +96,6 @@ class RunResult:
     @property
     def best_path(self) -> Path | None:
         return None if self.out is None else RunFolder(self.out).best
-
-
-# ================================================================================ selection
-def val_summary(report: Any) -> dict[str, Any]:
-    """Average and worst-group values of each rate of a validation ``GroupReport``."""
-    agg = report.aggregates()
-    out: dict[str, Any] = {"n": report.n}
-    for rate in _RATES:
-        out[rate] = agg[rate]["avg"]
-        out[f"worst_{rate}"] = agg[rate]["worst"]
-    out["worst_group"] = agg["rob_acc"]["worst_group"]
-    return out
-
-
-def selection_score(summary: dict[str, Any] | None, criterion: str) -> float | None:
-    """The model-selection score (higher is better) of one epoch's validation summary.
-
-    ``avg+worst``: average + worst-group robust accuracy; ``avg-rob``: average robust accuracy;
-    ``worst-rob``: worst-group robust accuracy; ``clean``: average clean accuracy; ``last``: None
-    (the latest epoch always wins)."""
-    if criterion == "last" or summary is None:
-        return None
-    value = {
-        "avg+worst": lambda s: s["rob_acc"] + s["worst_rob_acc"],
-        "avg-rob": lambda s: s["rob_acc"],
-        "worst-rob": lambda s: s["worst_rob_acc"],
-        "clean": lambda s: s["clean_acc"],
-    }[criterion](summary)
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def select_best(history: Sequence[dict[str, Any]], criterion: str) -> int | None:
-    """The epoch ``best.pt`` holds for a metrics.jsonl history: the highest score, earliest on ties
-    (``last``: the final epoch). Epochs without a score never win."""
-    best_epoch, best = None, None
-    for rec in history:
-        if criterion == "last":
-            best_epoch = rec["epoch"]
-            continue
-        s = selection_score((rec.get("val") or {}).get("summary"), criterion)
-        if s is not None and (best is None or s > best):
-            best_epoch, best = rec["epoch"], s
-    return best_epoch
 
 
 # ================================================================================ helpers
@@ -301,8 +260,8 @@ class Trainer:
         self.batch_size = cfg.batch_size
         n_local = len(D.shard(torch.arange(len(train)), self.dist))
         self.steps_per_epoch = max(1, math.ceil(n_local / self.batch_size))
-        self.optimizer = self._make_optimizer()
-        self.scheduler = self._make_scheduler()
+        self.optimizer = make_optimizer(self.raw_model.parameters(), cfg)
+        self.scheduler = make_scheduler(self.optimizer, cfg, self.steps_per_epoch)
         self.amp_dtype = _AMP.get(cfg.precision)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.ema = None
@@ -327,47 +286,25 @@ class Trainer:
         self.ctx.extra["train_counts"] = torch.bincount(train.y.cpu(), minlength=self.num_classes)
         self.epoch = 0  # completed epochs
         self.step = 0
-        self.best_epoch: int | None = None
-        self.best_score: float | None = None
+        self.selection = Selection(cfg.select)  # the best epoch so far (best.pt)
         self.history: list[dict[str, Any]] = []
         self._best_state: dict[str, torch.Tensor] | None = None
 
-    # ------------------------------------------------------------------ eps warm-up
+    # ------------------------------------------------------------------ eps warm-up, selection
     def _get_eps_scale(self) -> float:
         return self._eps_scale
 
     def eps_warmup_scale(self, step: int) -> float:
-        """The factor on every training radius at optimizer step ``step`` (0-based): a linear ramp
-        ``(step + 1) / (eps_warmup * steps_per_epoch)`` up to 1 (1 throughout without ``eps_warmup``)."""
-        warm = self.cfg.eps_warmup * self.steps_per_epoch
-        return 1.0 if warm <= 0 else min(1.0, (step + 1) / warm)
+        """The factor on every training radius at optimizer step ``step`` (:func:`.optim.eps_warmup_scale`)."""
+        return eps_warmup_scale(step, self.cfg, self.steps_per_epoch)
 
-    # ------------------------------------------------------------------ construction helpers
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        c = self.cfg
-        params = self.raw_model.parameters()
-        if c.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay,
-                                   nesterov=c.nesterov and c.momentum > 0)
-        return torch.optim.Adam(params, lr=c.lr, betas=(c.momentum, 0.999), weight_decay=c.weight_decay)
+    @property
+    def best_epoch(self) -> int | None:
+        return self.selection.epoch
 
-    def _make_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
-        from torch.optim import lr_scheduler as S
-
-        c, spe = self.cfg, self.steps_per_epoch
-        total = c.epochs * spe
-        warm = int(round(c.warmup_epochs * spe))
-        if c.schedule == "piecewise":
-            ms = sorted({max(1, int(round(m * spe)) - warm) for m in c.resolved_milestones()})
-            main: S.LRScheduler = S.MultiStepLR(self.optimizer, ms, gamma=c.gamma)
-        elif c.schedule == "cosine":
-            main = S.CosineAnnealingLR(self.optimizer, T_max=max(1, total - warm))
-        else:
-            main = S.ConstantLR(self.optimizer, factor=1.0, total_iters=0)
-        if warm <= 0:
-            return main
-        ramp = S.LinearLR(self.optimizer, start_factor=0.01, end_factor=1.0, total_iters=warm)
-        return S.SequentialLR(self.optimizer, [ramp, main], milestones=[warm])
+    @property
+    def best_score(self) -> float | None:
+        return self.selection.score
 
     @property
     def eval_model(self) -> nn.Module:
@@ -453,7 +390,7 @@ class Trainer:
             self.ema.load_state_dict(state["ema"])
         self._resume_method_state = state["method"]
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        self.best_epoch, self.best_score = state["best"]["epoch"], state["best"]["score"]
+        self.selection.epoch, self.selection.score = state["best"]["epoch"], state["best"]["score"]
         rng = state["rng"]
         self._resume_rng = rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0]
         log.info("resuming %s after epoch %d (step %d)", self.run_dir, self.epoch, self.step)
@@ -649,13 +586,7 @@ class Trainer:
             if not report.groups_are_classes:
                 val["per_class"] = {str(name): {"n": int(row["n"]), **{r: row[r] for r in _RATES}}
                                     for name, row in report.by_class.iterrows()}
-        score = selection_score(summary, self.cfg.select)
-        if self.cfg.select == "last":
-            is_best = True
-        else:
-            is_best = score is not None and (self.best_score is None or score > self.best_score)
-        if is_best:
-            self.best_epoch, self.best_score = epoch + 1, score
+        score, is_best = self.selection.update(epoch + 1, summary)
         return to_jsonable({
             "epoch": epoch + 1,
             "step": self.step,
