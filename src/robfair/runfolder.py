@@ -103,23 +103,25 @@ def examples_path(audit_json: str | os.PathLike) -> Path:
 
 
 # ================================================================================ JSON lines
+def _json_lines(path: Path, *, warn: bool = False) -> list[Any]:
+    """The parsed lines of a JSON-lines file; blank and unreadable lines (a torn write) skipped."""
+    out = []
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if warn:
+                log.warning("dropping a half-written line of %s", path)
+    return out
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, unreadable lines (a torn write) and non-objects
     skipped; empty when the file is missing."""
     p = Path(path)
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_bytes().decode("utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return [r for r in _json_lines(p) if isinstance(r, dict)] if p.is_file() else []
 
 
 def is_study_folder(path: str | os.PathLike) -> bool:
@@ -285,14 +287,7 @@ class RunFolder:
                 self.write_text(path, "")
             return []
         good = []
-        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("dropping a half-written line of %s", path)
-                continue
+        for rec in _json_lines(path, warn=True):
             if not (isinstance(rec, dict) and "epoch" in rec):
                 log.warning("dropping a line of %s that is not an epoch record", path)
             elif through_epoch is None or rec["epoch"] <= through_epoch:
