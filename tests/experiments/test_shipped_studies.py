@@ -67,12 +67,19 @@ def test_cifar_cpu_studies_dry_run_through_the_cli(name, tmp_path, capsys):
     code, stdout, err = run_cli(["sweep", STUDIES[0].parent / f"{name}.yaml", "--out", out, "--dry-run"], capsys)
     assert code == 0, err
     expected = {"benz-classwise-cifar-cpu": ["standard", "pgd-at", "trades"],
-                "fair-methods-cifar-cpu": ["trades", "frl", "cfa", "wat", "dafa"]}[name]
+                "fair-methods-cifar-cpu": ["trades", "frl", "cfa", "wat", "dafa", "faal"]}[name]
     for run in expected:
         assert f"{run},seed=0" in stdout
     assert f"{len(expected)} runs" in stdout
     assert not any(out.rglob("metrics.jsonl")) and not any(out.rglob("audit.json"))
     study = load_study(STUDIES[0].parent / f"{name}.yaml")
     runs = study.expand(tmp_path / "x")
-    assert {r.train["data"] for r in runs} == {"cifar10-jpeg,per_class=700,test_per_class=300"}
-    assert {r.train["model"] for r in runs} == {"cifar-cnn"} and {r.train["epochs"] for r in runs} == {8}
+    assert {r.train["data"] for r in runs} == {"cifar10-jpeg,per_class=550,test_per_class=100"}
+    assert {r.train["model"] for r in runs} == {"cifar-cnn"} and {r.audit["probe"] for r in runs} == {10}
+    if name == "fair-methods-cifar-cpu":  # every method a 2-epoch fine-tune of the benz study's TRADES run
+        benz = load_study(STUDIES[0].parent / "benz-classwise-cifar-cpu.yaml")
+        trades = next(r for r in benz.expand(tmp_path / "b") if r.variant == "trades")
+        assert {r.train["init"] for r in runs} == {f"{benz.out_dir}/{trades.name}/checkpoints/best.pt"}
+        assert {r.train["epochs"] for r in runs} == {2} and trades.train["epochs"] == 5
+        for key in ("data", "model", "eps", "attack_options", "val_per_class", "batch_size"):
+            assert {str(r.train[key]) for r in runs} == {str(trades.train[key])}, key
