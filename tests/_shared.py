@@ -46,3 +46,28 @@ def run_cli(argv, capsys):
         main([str(a) for a in argv])
     out = capsys.readouterr()
     return exc.value.code, out.out, out.err
+
+
+def drop_in(monkeypatch, tmp_path, package: str, registry, filename: str, source: str) -> list[str]:
+    """Emulate one new file in a component package: write ``filename`` with ``source`` to a folder
+    on the package's ``__path__`` and run the package's own discovery
+    (:func:`robfair.registry.import_submodules`). The registry and ``sys.modules`` are restored
+    after the test. Returns the names the file registered."""
+    import importlib
+    import sys
+
+    from robfair.registry import import_submodules
+
+    pkg = importlib.import_module(package)
+    folder = tmp_path / "drop_in"
+    folder.mkdir(exist_ok=True)
+    (folder / filename).write_text(source)
+    before = set(registry.names())
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    monkeypatch.setattr(registry, "_aliases", dict(registry._aliases))
+    monkeypatch.setattr(pkg, "__path__", [*pkg.__path__, str(folder)])
+    module = f"{package}.{filename.removesuffix('.py')}"
+    monkeypatch.setitem(sys.modules, module, None)  # records "absent": teardown removes the module
+    del sys.modules[module]
+    import_submodules(package, pkg.__path__)
+    return sorted(set(registry.names()) - before)

@@ -6,12 +6,19 @@
 
 Inputs are in [0, 1] (normalization inside the model); ``eps`` is a float or an (N,) tensor. Attacks
 take input gradients only (no parameter ``.grad``), run the model in eval mode and restore its modes.
+
+Every module of this package is imported here, so a new attack is one new file that registers its
+factory in :data:`ATTACKS` (see ``registry.py`` for what a registration states).
 """
 
-from .autoattack import AutoAttack
+from ..registry import import_submodules
+from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
+
+import_submodules(__name__, __path__)
+
+from .autoattack import AutoAttack  # noqa: E402
 from .base import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
 from .pgd import FGSM, PGD, Chunk
-from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
 from .trades import TradesKL
 
 __all__ = [

@@ -42,6 +42,7 @@ Training semantics (``keep="last"``)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -51,6 +52,7 @@ from torch import nn
 from ..errors import AttackError
 from .base import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice, check_inputs,
                    eval_mode, per_sample_loss, project, random_start)
+from .registry import ATTACKS
 
 KEEPS = ("first-success", "last")
 TARGET_RULES = ("top", "random")
@@ -500,3 +502,14 @@ class FGSM(PGD):
         super().__init__(1, norm=norm, step=step, rel_step=rel_step, random_start=random_start, restarts=1,
                          loss=loss, targeted=targeted, temperature=temperature, keep=keep, precision=precision,
                          name=name)
+
+
+ATTACKS.add("fgsm", functools.partial(FGSM, random_start=False),
+            help="FGSM: one step of size eps along the gradient sign (L2: normalized gradient)",
+            forms=("fgsm", "fgsm-l2", "fgsm-cw", "fgsm-t"))
+ATTACKS.add("rs-fgsm", functools.partial(FGSM, random_start=True),
+            help="RS-FGSM (Wong et al. 2020): random start, one step of 1.25 eps, projected",
+            forms=("rs-fgsm", "rs-fgsm-l2"))
+ATTACKS.add("pgd", PGD, help="PGD-k (Madry): k steps of eps/4 from a random start in each sample's ball",
+            label="pgd<k>", counted="steps",
+            forms=("pgd10", "pgd20", "pgd20-l2", "pgd20-t", "pgd20-t3", "pgd10-trand", "pgd50-cw-r5"))

@@ -18,52 +18,65 @@ Examples: ``pgd20``, ``pgd20-l2``, ``pgd50-cw-r5``, ``pgd20-t``, ``pgd20-cw-t3``
 ``rs-fgsm``, ``autoattack-l2``. A targeted attack never aims at the true label: the labels an attack
 receives are always the true ones and the suffix states where the targets come from.
 Keyword overrides go to the attack's constructor: ``get_attack("pgd10", keep="last")``.
+
+Adding an attack is one file in this package: its module registers the factory with
+``@ATTACKS.register("name", help=..., forms=(...))`` (or ``ATTACKS.add``) and the package imports
+every module on import (:func:`robfair.registry.import_submodules`). What a registration may state
+(``Entry.meta``), all optional:
+
+``forms``     example names, shown by ``robfair attacks`` and run by the contract tests
+              (``tests/attacks/test_attack_contract.py``); default: the bare name
+``label``     how ``robfair attacks`` names the base (``"pgd<k>"``); default: the name
+``counted``   the constructor argument a number glued to the name sets (``pgd20``: ``steps``)
+``suffixes``  suffix tokens of this attack only: ``{"plus": ("version", "plus")}``
+``requires``  module names of an optional package (any one): the contract tests skip without it
+``contract_overrides``  constructor arguments the contract tests add (a cheaper budget)
+``contract_forms``  the names the contract tests run (default: ``forms``); ``contract_slow``: mark them slow
+
+The suffixes of the table above are common to every attack; ``get_attack`` refuses a suffix whose
+argument the factory does not take.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from typing import Any, Callable
 
 from ..errors import AttackError
 from ..registry import Registry
-from .autoattack import VERSIONS, AutoAttack
 from .base import Attack
-from .pgd import FGSM, PGD
-from .trades import TradesKL
 
 ATTACKS: Registry[Callable[..., Attack]] = Registry("attack", AttackError)
 
-ATTACKS.add("fgsm", functools.partial(FGSM, random_start=False),
-            help="FGSM: one step of size eps along the gradient sign (L2: normalized gradient)")
-ATTACKS.add("rs-fgsm", functools.partial(FGSM, random_start=True),
-            help="RS-FGSM (Wong et al. 2020): random start, one step of 1.25 eps, projected")
-ATTACKS.add("pgd", PGD, help="PGD-k (Madry): k steps of eps/4 from a random start in each sample's ball")
-ATTACKS.add("trades-kl", TradesKL, help="TRADES inner maximization of KL(f(x) || f(x')), 10 steps of eps/4")
-ATTACKS.add("autoattack", AutoAttack, aliases=("aa",),
-            help="AutoAttack (APGD-CE, APGD-T, FAB-T, Square), official pyautoattack, optional")
-
-_FORMS = {
-    "fgsm": "fgsm, fgsm-l2, fgsm-cw, fgsm-t",
-    "rs-fgsm": "rs-fgsm, rs-fgsm-l2",
-    "pgd": "pgd<k>: pgd10, pgd20, pgd20-l2, pgd50-cw-r5, pgd20-t, pgd20-t3, pgd10-trand",
-    "trades-kl": "trades-kl, trades-kl-l2",
-    "autoattack": "autoattack, autoattack-l2, autoattack-plus, autoattack-rand",
-}
-_HELP_FORMS = ("fgsm, rs-fgsm, pgd<k> (e.g. pgd20), trades-kl, autoattack; "
-               "suffixes -l2, -cw, -r<R> (restarts), -t / -t<k> / -trand (targeted), e.g. pgd50-cw-r5")
-_PGD = re.compile(r"^pgd(\d*)(?:-(.*))?$")
+#: suffixes every attack's name may carry (an attack that lacks the argument refuses it in get_attack)
+_COMMON = {"l2": ("norm", "l2"), "linf": ("norm", "linf"), "cw": ("loss", "cw"), "ce": ("loss", "ce"),
+           "t": ("targeted", True)}
+_SUFFIX_HELP = "-l2, -cw, -r<R> (restarts), -t / -t<k> / -trand (targeted)"
 
 
-def _suffix(token: str) -> tuple[str, Any]:
-    fixed = {"l2": ("norm", "l2"), "linf": ("norm", "linf"), "cw": ("loss", "cw"), "ce": ("loss", "ce"),
-             "t": ("targeted", True)}
-    if token in fixed:
-        return fixed[token]
-    if token in VERSIONS:
-        return "version", token
+def _label(entry) -> str:
+    return entry.meta.get("label", entry.name)
+
+
+def _help_forms() -> str:
+    """The one-line grammar reminder of every error, from the registry (no list to keep in sync)."""
+    extra = sorted({f"-{tok}" for e in ATTACKS for tok in e.meta.get("suffixes", {})})
+    examples = next((e.meta["forms"][-1] for e in ATTACKS if e.meta.get("counted") and e.meta.get("forms")), None)
+    tail = f", e.g. {examples}" if examples else ""
+    return (f"{', '.join(_label(e) for e in ATTACKS)}; suffixes {_SUFFIX_HELP}"
+            f"{', ' + ', '.join(extra) if extra else ''}{tail}")
+
+
+def _suffix(token: str, entry) -> tuple[str, Any]:
+    if token in _COMMON:
+        return _COMMON[token]
+    # the attack's own tokens first, then the other attacks' (so ``fgsm-plus`` is refused by
+    # get_attack as an argument FGSM does not take, not as an unknown word)
+    for e in (entry, *ATTACKS):
+        own = e.meta.get("suffixes", {})
+        if token in own:
+            return tuple(own[token])
     m = re.fullmatch(r"r(\d+)", token)
     if m:
         return "restarts", int(m.group(1))
@@ -74,26 +87,33 @@ def _suffix(token: str) -> tuple[str, Any]:
         return "n_targets", int(m.group(1))
     if token == "trand":
         return "targets", "random"
-    raise AttackError(f"unknown attack suffix '-{token}'; use {_HELP_FORMS}")
+    raise AttackError(f"unknown attack suffix '-{token}'; use {_help_forms()}")
+
+
+def _split_base(key: str) -> tuple[str, dict[str, Any], str | None] | None:
+    """(canonical base, kwargs set by the base itself, the rest of the name) or None. The longest
+    matching name wins (``rs-fgsm`` before ``fgsm``); a ``counted`` base takes a number (``pgd20``)."""
+    names = sorted(((n, e) for e in ATTACKS for n in (e.name, *e.aliases)), key=lambda t: len(t[0]), reverse=True)
+    for n, e in names:
+        counted = e.meta.get("counted")
+        pattern = rf"{re.escape(n)}(\d*)" if counted else re.escape(n)
+        m = re.fullmatch(rf"{pattern}(?:-(.*))?", key)
+        if m:
+            kwargs = {counted: int(m.group(1))} if counted and m.group(1) else {}
+            return e.name, kwargs, m.groups()[-1] or None
+    return None
 
 
 def parse_attack_name(name: str) -> tuple[str, dict[str, Any]]:
     """``"pgd50-cw-r5"`` -> ``("pgd", {"steps": 50, "loss": "cw", "restarts": 5})``."""
     key = str(name).strip().lower()
-    kwargs: dict[str, Any] = {}
-    m = _PGD.match(key)
-    if m:
-        base, rest = "pgd", m.group(2)
-        if m.group(1):
-            kwargs["steps"] = int(m.group(1))
-    else:
-        bases = sorted({n for e in ATTACKS for n in (e.name, *e.aliases)}, key=len, reverse=True)
-        base = next((b for b in bases if key == b or key.startswith(b + "-")), None)
-        if base is None:
-            raise AttackError(f"unknown attack '{name}'; use {_HELP_FORMS}")
-        base, rest = ATTACKS.canonical(base), key[len(base) + 1:] or None
+    split = _split_base(key)
+    if split is None:
+        raise AttackError(f"unknown attack '{name}'; use {_help_forms()}")
+    base, kwargs, rest = split
+    entry = ATTACKS.entry(base)
     for token in rest.split("-") if rest else []:
-        k, v = _suffix(token)
+        k, v = _suffix(token, entry)
         if k in kwargs and kwargs[k] != v:
             raise AttackError(f"attack '{name}' sets {k} twice; keep one of the conflicting suffixes")
         kwargs[k] = v
@@ -144,11 +164,17 @@ def describe_attacks() -> list[dict[str, str]]:
     """Rows (name, forms, help) for ``robfair attacks``."""
     rows = []
     for entry in ATTACKS:
-        label = "pgd<k>" if entry.name == "pgd" else entry.name
+        label = _label(entry)
         if entry.aliases:
             label += f" ({', '.join(entry.aliases)})"
-        rows.append({"name": label, "forms": _FORMS.get(entry.name, entry.name), "help": entry.help})
-    rows.append({"name": "suffixes", "forms": "-l2, -cw, -r<R>, -t, -t<k>, -trand, -plus/-rand",
+        forms = entry.meta.get("forms") or (entry.name,)
+        forms_text = ", ".join(forms)
+        if entry.meta.get("counted"):
+            forms_text = f"{_label(entry)}: {forms_text}"
+        rows.append({"name": label, "forms": forms_text, "help": entry.help})
+    extra = sorted({f"-{tok}" for e in ATTACKS for tok in e.meta.get("suffixes", {})})
+    rows.append({"name": "suffixes", "forms": ", ".join(["-l2", "-cw", "-r<R>", "-t", "-t<k>", "-trand", *extra]),
                  "help": "L2 ball, CW margin loss, R restarts, targeted (worst case over the top 9 / k other "
-                         "classes, or a seeded random one; never the true label), AutoAttack version"})
+                         "classes, or a seeded random one; never the true label), and each attack's own "
+                         "(AutoAttack version)"})
     return rows

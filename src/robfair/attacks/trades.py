@@ -19,8 +19,11 @@ from torch import nn
 
 from ..errors import AttackError
 from .base import NORMS, Attack, as_eps, ascent_step, check_choice, noise, project
+from .registry import ATTACKS
 
 
+@ATTACKS.register("trades-kl", help="TRADES inner maximization of KL(f(x) || f(x')), 10 steps of eps/4",
+                  forms=("trades-kl", "trades-kl-l2"))
 class TradesKL(Attack):
     """TRADES KL attack: ``steps`` ascent steps on KL(softmax f(x) || softmax f(x')), projected.
 

@@ -2,15 +2,20 @@
 
 ``robfair datasets`` (``describe_datasets()``) lists the names, default locations and formats.
 Every format reads local files only; nothing is downloaded.
+
+Every module of this package is imported here, so a new dataset is one new file whose loader is
+decorated with ``@register_dataset("name", help=..., location=..., formats=...)``.
 """
 
 from __future__ import annotations
 
-from . import celeba, cifar, cifar_jpeg, digits, idx, imagefolder, npz, svhn, utkface  # noqa: F401  (register the loaders)
+from ..registry import import_submodules
 from .base import Dataset, stratified_split
 from .coerce import as_dataset, check_class_order, parse_class_map, subsample, with_class_order
 from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
                        split_options, with_options)
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "DATASETS",

@@ -12,16 +12,22 @@ Architectures (``describe_models()`` lists them with their arguments): ``mlp``, 
 Any model file (TorchScript, torch.export, state dict + your class, safetensors, RobustBench):
 ``load_any(spec, arch=..., arch_kwargs=...)`` (see ``robfair.models.sources``); a model that expects
 normalized inputs: ``with_normalization(model, "cifar10")`` (= ``Normalized(model, mean, std)``).
-Add your own with ``@MODELS.register("name")`` on a ``factory(num_classes, in_shape, *, ...)``.
+Add your own with ``@MODELS.register("name")`` on a ``factory(num_classes, in_shape, *, ...)``: a
+new file in this package is enough (every module of the package is imported here); the model
+contract tests (``tests/models/test_model_contract.py``) then run on it. A registration may state
+``contract_shape=(C, H, W)`` / ``contract_kwargs={...}``: the input shape / arguments those tests
+use (default ``(3, 16, 16)``, no arguments).
 """
 
 from __future__ import annotations
 
-from . import resnet, small  # noqa: F401  (register the architectures)
+from ..registry import import_submodules
 from .base import MODELS, NORMALIZATION_PRESETS, Normalized, resolve_normalization, with_normalization
 from .checkpoint import load_checkpoint, save_checkpoint
 from .factory import ModelInfo, check_model_data, count_flops, create, describe_models, unwrap_model
 from .sources import detect_format, load_any, model_classes
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "MODELS",

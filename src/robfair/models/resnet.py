@@ -101,7 +101,8 @@ class WideResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
 
 
-@MODELS.register("wrn", help="WideResNet-depth-widen; depth = 6n+4 (10, 16, 22, 28, 34, ...), optional dropout.")
+@MODELS.register("wrn", help="WideResNet-depth-widen; depth = 6n+4 (10, 16, 22, 28, 34, ...), optional dropout.",
+                 contract_kwargs={"depth": 10, "widen": 2})  # the presets below test the full sizes
 def wrn(num_classes: int, in_shape: tuple[int, int, int], *, depth: int = 34, widen: int = 10, dropout: float = 0.0) -> nn.Module:
     """``depth`` must be 6n+4; ``widen`` multiplies the widths 16/32/64; ``dropout`` inside each block."""
     depth = positive_int("wrn", "depth", depth)
@@ -110,13 +111,14 @@ def wrn(num_classes: int, in_shape: tuple[int, int, int], *, depth: int = 34, wi
     return WideResNet(depth, positive_int("wrn", "widen", widen), num_classes, in_shape[0], dropout_rate("wrn", dropout))
 
 
-@MODELS.register("wrn-34-10", help="WideResNet-34-10 (46.2M parameters), the TRADES/AutoAttack reference model.")
+@MODELS.register("wrn-34-10", help="WideResNet-34-10 (46.2M parameters), the TRADES/AutoAttack reference model.",
+                 contract_shape=(3, 8, 8))  # 46M parameters: the contract tests' forwards on 8x8 images
 def wrn_34_10(num_classes: int, in_shape: tuple[int, int, int], *, dropout: float = 0.0) -> nn.Module:
     """Depth and width are fixed; use model ``wrn`` with depth=/widen= to change them."""
     return wrn(num_classes, in_shape, depth=34, widen=10, dropout=dropout)
 
 
-@MODELS.register("wrn-28-10", help="WideResNet-28-10 (36.5M parameters).")
+@MODELS.register("wrn-28-10", help="WideResNet-28-10 (36.5M parameters).", contract_shape=(3, 8, 8))
 def wrn_28_10(num_classes: int, in_shape: tuple[int, int, int], *, dropout: float = 0.0) -> nn.Module:
     """Depth and width are fixed; use model ``wrn`` with depth=/widen= to change them."""
     return wrn(num_classes, in_shape, depth=28, widen=10, dropout=dropout)

@@ -1,0 +1,146 @@
+"""The contract every registered attack keeps, parametrized over the registry (as torchattacks'
+attack tests): each example name an attack registers (``forms=``) runs here, so a new attack file
+gets these tests with no edit to this one.
+
+Per-sample ball and [0, 1] box, eps 0 returns x exactly, input gradients only, modes restored,
+same seeded generator -> same result, ``run``'s prediction / fooled / fooled-step agree with the
+model at ``x_adv``, and a targeted attack never aims at the true label.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from robfair.attacks import ATTACKS, NEVER, STEP_UNKNOWN, eval_mode, get_attack, parse_attack_name
+from robfair.errors import AttackError
+
+
+def registered_forms() -> list:
+    """Every example name of every attack (``contract_forms``, else ``forms``, else the name); an
+    attack whose optional package (``requires=``, any one of the module names) is missing is
+    skipped with the reason; ``contract_slow`` marks its cases slow."""
+    out = []
+    for e in ATTACKS:
+        need = e.meta.get("requires", ())
+        missing = bool(need) and not any(importlib.util.find_spec(m) is not None for m in need)
+        marks = [pytest.mark.skip(reason=f"{e.name} needs one of {', '.join(need)} (an optional package)")] if missing else []
+        if e.meta.get("contract_slow"):
+            marks.append(pytest.mark.slow)
+        forms = e.meta.get("contract_forms") or e.meta.get("forms") or (e.name,)
+        out += [pytest.param(f, marks=marks, id=f) for f in forms]
+    return out
+
+
+def _dist(x_adv: torch.Tensor, x: torch.Tensor, norm: str) -> torch.Tensor:
+    d = (x_adv - x).flatten(1)
+    return d.abs().amax(1) if norm == "linf" else d.norm(dim=1)
+
+
+def check_attack_contract(name: str, model: torch.nn.Module, x: torch.Tensor, eps: torch.Tensor, **overrides) -> None:
+    """Assert the contract for attack ``name`` on ``model`` (a classifier in [0, 1]) and per-sample
+    ``eps`` (zeros and large radii included). Labels are the clean predictions, so a targeted
+    attack that aimed at the true label could fool no sample."""
+    with torch.no_grad(), eval_mode(model):
+        y = model(x).argmax(1)
+    if hasattr(model, "seen_training"):
+        model.seen_training.clear()
+    atk = get_attack(name, **overrides)
+    flags = {n: m.training for n, m in model.named_modules()}
+    res = atk.run(model, x, y, eps, generator=torch.Generator().manual_seed(0))
+    x_adv = res.x_adv
+    # shape, dtype, detached, box, each sample's own ball, eps 0 -> x exactly
+    assert x_adv.shape == x.shape and x_adv.dtype == x.dtype and not x_adv.requires_grad
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    assert torch.all(_dist(x_adv, x, atk.norm) <= eps + 1e-6), name
+    assert torch.equal(x_adv[eps == 0], x[eps == 0])
+    # input gradients only, eval mode while attacking, each submodule's flag restored afterwards
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+    if hasattr(model, "seen_training"):
+        assert model.seen_training and not any(model.seen_training)
+    assert {n: m.training for n, m in model.named_modules()} == flags
+    # run's prediction is the model's at x_adv; fooled and the step of first success agree with it
+    with torch.no_grad():
+        pred = model.eval()(x_adv).argmax(1)
+    for n, m in model.named_modules():
+        m.training = flags[n]
+    assert torch.equal(res.adv_pred, pred), name
+    assert torch.equal(res.fooled, pred != y), name
+    assert not res.fooled[eps == 0].any()  # the labels are the clean predictions
+    step = res.fooled_step
+    assert torch.equal(step == NEVER, ~res.fooled), name
+    assert bool(((step >= 0) | (step == STEP_UNKNOWN))[res.fooled].all()), name
+    assert bool((res.fooled_run[~res.fooled] == -1).all()), name  # no run fooled an unfooled sample
+    # determinism: the same seeded generator gives the same result
+    again = atk.run(model, x, y, eps, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again.x_adv, x_adv) and torch.equal(again.fooled, res.fooled), name
+    if getattr(atk, "targeted", False):
+        # never the true label: explicit targets equal to y are refused, and the rule's own targets
+        # fool samples whose true label the attack would otherwise only reinforce
+        with pytest.raises(AttackError):
+            atk.run(model, x, y, eps, targets=y)
+        big = eps >= 1.0
+        assert res.fooled[big].any(), f"{name} fooled no sample at eps >= 1: are its targets the true labels?"
+
+
+@pytest.mark.parametrize("name", registered_forms())
+def test_every_registered_attack_keeps_the_contract(name, mixed_model):
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(16, 3, 4, 4, generator=g)
+    x[0] = 0.0
+    x[1] = 1.0
+    eps = torch.tensor([0.0, 0.5, 0.0, 8 / 255, 0.03, 1.0, 0.3, 2.0] * 2)
+    base, _ = parse_attack_name(name)
+    check_attack_contract(name, mixed_model, x, eps, **ATTACKS.entry(base).meta.get("contract_overrides", {}))
+
+
+def test_every_attack_registers_example_forms_that_parse():
+    for entry in ATTACKS:
+        forms = entry.meta.get("forms") or (entry.name,)
+        for form in forms:
+            assert get_attack(form).name == form
+
+
+DUMMY = '''
+import torch
+
+from robfair.attacks.base import NORMS, Attack, check_choice, project
+from robfair.attacks.registry import ATTACKS
+
+
+@ATTACKS.register("dummy-noise", help="test only: seeded sign noise of size eps, projected",
+                  forms=("dummy-noise", "dummy-noise-l2"))
+class DummyNoise(Attack):
+    def __init__(self, *, norm="linf", reach=1.0, precision="fp32", name=None):
+        super().__init__(precision=precision)
+        self.norm = check_choice(norm, NORMS, "norm")
+        self.reach = reach
+        self.name = name or "dummy-noise"
+
+    def perturb(self, model, x, y, eps, *, generator, early_exit):
+        sign = torch.randint(0, 2, x.shape, generator=generator, device=x.device).to(x.dtype) * 2 - 1
+        x_adv = (x + self.reach * eps * sign).clamp(0, 1)
+        return x_adv if self.reach > 1 else project(x_adv, x, eps, self.norm)
+'''
+
+
+def test_a_new_attack_file_registers_itself_and_gets_the_contract(monkeypatch, tmp_path, mixed_model):
+    from _shared import drop_in
+
+    from robfair.attacks import describe_attacks
+
+    assert drop_in(monkeypatch, tmp_path, "robfair.attacks", ATTACKS, "dummy_noise.py", DUMMY) == ["dummy-noise"]
+    assert "dummy-noise" in [r["name"] for r in describe_attacks()]
+    assert get_attack("dummy-noise-l2").norm == "l2"
+    with pytest.raises(AttackError, match="does not take"):
+        get_attack("dummy-noise-r3")  # the common grammar applies, the factory's signature decides
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(16, 3, 4, 4, generator=g)
+    eps = torch.tensor([0.0, 0.5, 0.0, 8 / 255, 0.03, 1.0, 0.3, 2.0] * 2)
+    for form in ATTACKS.entry("dummy-noise").meta["forms"]:
+        check_attack_contract(form, mixed_model, x, eps)
+    # and the contract can fail: the same file with a step that leaves the ball
+    with pytest.raises(AssertionError):
+        check_attack_contract("dummy-noise", mixed_model, x, eps * 0 + 0.1, reach=3.0)
