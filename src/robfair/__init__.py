@@ -12,9 +12,19 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# ``robfair.audit`` is the function robfair.audit.report.audit (a plain function, as users call it),
+# and ``robfair/audit/`` the package of the evaluation engine. Importing a package sets its name on
+# the parent *after* the package has run, so the binding is made here: the package is imported
+# (it is light: its exports are lazy), then the name is removed so that ``__getattr__`` below
+# returns the function. Submodules stay importable by name (``from robfair.audit import engine``,
+# ``from robfair.audit.engine import evaluate``); ``import robfair.audit.engine as E`` does not work.
+from . import audit as _audit_package  # noqa: E402,F401  (binds robfair.audit to the package first)
+
+del audit  # noqa: F821  (now robfair.audit resolves through __getattr__ to the function)
+
 _LAZY = {
-    "audit": ("robfair.audit", "audit"),
-    "AuditReport": ("robfair.audit", "AuditReport"),
+    "audit": ("robfair.audit.report", "audit"),
+    "AuditReport": ("robfair.audit.report", "AuditReport"),
     "certify": ("robfair.certify", "certify"),
     "CertifyReport": ("robfair.certify", "CertifyReport"),
     "GroupReport": ("robfair.metrics", "GroupReport"),
@@ -30,7 +40,7 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:  # PEP 562: import submodules only when used
+def __getattr__(name: str) -> Any:  # PEP 562, lazy: start-up time (``robfair --help`` imports no torch)
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
