@@ -36,11 +36,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import beta, binom, binomtest, norm
 from torch import nn
 
 from . import __version__
+from .attacks import get_attack
+from .attacks.base import noise
 from .errors import AttackError, ConfigError, DataError, ModelError, RobfairError
+from .inert import csv_cell
 from .metrics import GroupReport, wilson
+from .models import check_model_data, load_any
 from .utils import atomic_path, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -61,8 +66,6 @@ Progress = Callable[[str, int, int], None]
 def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
     """One-sided Clopper-Pearson lower confidence bound at level 1 - alpha on a binomial proportion
     from k successes in n trials: the alpha quantile of Beta(k, n - k + 1), and 0 for k = 0."""
-    from scipy.stats import beta
-
     _check_alpha(alpha)
     k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     if np.any(k_a < 0) or np.any(k_a > n_a) or np.any(n_a < 1):
@@ -74,8 +77,6 @@ def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
 
 def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
     """One-sided Clopper-Pearson upper bound: the 1 - alpha quantile of Beta(k + 1, n - k), 1 for k = n."""
-    from scipy.stats import beta
-
     _check_alpha(alpha)
     k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore"):
@@ -85,8 +86,6 @@ def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
 
 def radius_from_p(p_lower: Any, sigma: float) -> np.ndarray | float:
     """sigma * Phi^-1(p) where p > 1/2, else 0 (abstain)."""
-    from scipy.stats import norm
-
     p = np.asarray(p_lower, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(p > 0.5, sigma * norm.ppf(np.clip(p, 0.5, 1.0)), 0.0)
@@ -174,8 +173,6 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     """PREDICT: the smoothed prediction of each input in ``x`` (N, C, H, W), or ``ABSTAIN`` (-1) where a
     two-sided binomial test of the top two counts does not reject equality at level ``alpha``; with
     probability >= 1 - alpha a returned class is g(x). ``keys`` seed each input's noise (default 0..N-1)."""
-    from scipy.stats import binomtest
-
     _check_alpha(alpha)
     if n < 1 or batch_size < 1:
         raise ConfigError(f"predict needs n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
@@ -213,8 +210,6 @@ def _probe_num_classes(model: nn.Module, x: torch.Tensor) -> int:
 def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
     """The model takes these images and returns one logit per class of the dataset (one-line ModelError)."""
     if getattr(model, "robfair_spec", None):
-        from .models import check_model_data
-
         check_model_data(model, tuple(x.shape[1:]), num_classes)
     k = _probe_num_classes(model, x)
     if k != num_classes:
@@ -395,8 +390,6 @@ class CertifyReport:
 
     def _csv_frame(self) -> pd.DataFrame:
         """:meth:`outcomes` with name cells neutralized for spreadsheets (ids are what is read back)."""
-        from .inert import csv_cell
-
         df = self.outcomes()
         for col in ("class", "group_name"):
             if col in df:
@@ -731,8 +724,6 @@ class SoftSmoothed(nn.Module):
         self.model, self.sigma, self.m, self.generator = model, float(sigma), int(m), generator
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .attacks.base import noise
-
         b = x.shape[0]
         e = noise("normal", (self.m,) + tuple(x.shape), x, self.generator)
         z = self.model((x.unsqueeze(0) + self.sigma * e).reshape((self.m * b,) + tuple(x.shape[1:])))
@@ -753,10 +744,6 @@ def attack_check(model: nn.Module, dataset, rep: CertifyReport, radius: float, *
     with probability alpha). Warnings (appended to ``rep.warnings``) when the contradictions exceed
     what that allows (binomial tail below ``level``), or when a class's certified accuracy is above
     its empirical robust accuracy beyond their Wilson intervals. Returns the numbers per class."""
-    from scipy.stats import binom
-
-    from .attacks import get_attack
-
     radius = _positive(radius, "check radius")
     atk = get_attack(attack)
     if getattr(atk, "norm", None) != "l2":
@@ -832,8 +819,6 @@ def load_model(source: str | Path, **kwargs: Any) -> tuple[nn.Module, dict[str, 
     """The model behind ``--model``: (module in eval mode, meta), from any source ``robfair audit``
     accepts (:func:`robfair.models.load_any`: robfair checkpoints, TorchScript, torch.export, state
     dicts / safetensors with ``arch=``, ``robustbench:NAME``)."""
-    from .models import load_any
-
     return load_any(source, **kwargs)
 
 

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .audit import AuditReport, audit
+from .data import load_dataset
+from .report.plots import classwise_bars
 from .runfolder import AUDIT_FILE
+from .training import TrainConfig, train
 from .utils import write_json
 
 DEMO_ATTACKS = ("fgsm", "pgd20")
@@ -69,8 +72,6 @@ class _ProgressCallback:
 
 def demo_config(name: str, method: str, *, out: Path, eps: float, epochs: int, seed: int, device: str):
     """The training config of one demo run (also written to its config.yaml)."""
-    from .training import TrainConfig
-
     return TrainConfig(
         data="digits", model="smallcnn", method=method, eps=eps, epochs=epochs, batch_size=64,
         optimizer="adam", lr=2e-3, weight_decay=0.0, schedule="cosine", val_per_class=0.1,
@@ -84,10 +85,6 @@ def run_demo(out: str | Path = "runs/demo", *, eps: float = 0.1, epochs: int = 3
     """Train ``standard`` and ``pgd-at`` small CNNs on digits, audit both on the test split with
     FGSM and PGD-20 at the training ``eps``, write the run folders, audit.json and the bar chart.
     ``probe``: the reliability probe's size per class for both models (default :data:`DEMO_PROBE`)."""
-    from .data import load_dataset
-    from .report.plots import classwise_bars
-    from .training import train
-
     t0 = time.perf_counter()
     out = Path(out)
     test = load_dataset("digits", split="test")

@@ -17,6 +17,9 @@ import os
 import platform
 from typing import Any
 
+import torch
+from torch import nn
+
 from .errors import RobfairError
 
 log = logging.getLogger(__name__)
@@ -43,15 +46,11 @@ def cpu_flags() -> frozenset[str]:
 
 
 def _device(device: Any):
-    import torch
-
     return device if isinstance(device, torch.device) else torch.device(str(device))
 
 
 def cpu_capability() -> str:
     """torch's dispatch level for CPU kernels (``AVX2``, ``AVX512``, ``SVE256``, ``DEFAULT`` ...)."""
-    import torch
-
     try:
         return str(torch.backends.cpu.get_cpu_capability())
     except Exception:  # noqa: BLE001 - older torch
@@ -60,8 +59,6 @@ def cpu_capability() -> str:
 
 def native_precisions(device: Any) -> dict[str, bool]:
     """``{"fp32": True, "bf16": ..., "fp16": ...}``: which autocast dtypes run on native units."""
-    import torch
-
     dev = _device(device)
     out = {"fp32": True, "bf16": True, "fp16": True}
     if dev.type == "cuda":
@@ -82,8 +79,6 @@ def native_precisions(device: Any) -> dict[str, bool]:
 
 def describe(device: Any = "cpu") -> str:
     """One line: the device, torch's CPU capability and which reduced precisions are native."""
-    import torch
-
     dev = _device(device)
     nat = native_precisions(dev)
     red = ", ".join(f"{p} {'native' if nat[p] else 'emulated'}" for p in ("bf16", "fp16"))
@@ -121,16 +116,12 @@ def wants_channels_last(model: Any, option: bool | None = None) -> bool:
     model has a 2-D convolution (channels_last speeds those up and changes no prediction)."""
     if option is not None:
         return bool(option)
-    from torch import nn
-
     return isinstance(model, nn.Module) and any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
 def channels_last(x: Any) -> Any:
     """A 4-D batch in exact channels_last strides (1-channel images too, whose default strides are
     ambiguous and would keep convolutions on the default-format path); other tensors unchanged."""
-    import torch
-
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         return x
     want = torch.empty_like(x, memory_format=torch.channels_last)

@@ -15,11 +15,15 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any, Iterable
+
+import yaml
 
 from .errors import ConfigError, RobfairError
 from .runfolder import CHECKPOINTS_DIR, RUN_FILES, RUN_MARKERS, holds_results, is_run_folder, is_study_folder
@@ -71,8 +75,6 @@ def read_json(path: str | os.PathLike, what: str = "file", *, error: type[Robfai
               limit: int = MAX_TEXT_BYTES) -> Any:
     """A JSON file read with :func:`read_text_capped`; ``error`` (one line) when it is truncated,
     not JSON, not text or nested deeper than Python can parse. FileNotFoundError passes."""
-    import json
-
     text = read_text_capped(path, what, limit=limit, error=error)
     try:
         return json.loads(text)
@@ -106,8 +108,6 @@ def _expanded_size(obj: Any, limit: int) -> int:
         memo[key] = total
         return total
 
-    import sys
-
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20_000))
     try:
@@ -122,8 +122,6 @@ def yaml_loads(text: str, what: str = "YAML", *, error: type[RobfairError] = Con
                max_items: int = YAML_MAX_ITEMS) -> Any:
     """``yaml.safe_load(text)`` with the alias limits; YAML syntax errors are ``yaml.YAMLError``
     (callers name the file and line), alias bombs and cycles a one-line ``error``."""
-    import yaml
-
     if len(text) > MAX_TEXT_BYTES:
         raise error(f"{what} is larger than {MAX_TEXT_BYTES >> 20} MiB; pass the right file")
     try:

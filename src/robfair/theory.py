@@ -26,14 +26,19 @@ against it on a CPU in milliseconds:
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+import pandas as pd
+import torch
 from scipy.special import ndtr  # standard normal CDF
 
+from .data import Dataset
 from .errors import ConfigError, DataError
+from .metrics import wilson
 
 __all__ = [
     "PerClass",
@@ -242,8 +247,6 @@ def train_linear(x: Any, y: Any, *, eps: float = 0.0, norm: str = "linf", weight
     ``x' = x - eps * y * sign(w)`` (L-inf; L2: ``- eps * y * w / ||w||``), where
     ``y (w.x' + b) = y (w.x + b) - eps ||w||_dual``, so the loss is the mean of
     ``softplus(-y (w.x + b) + eps ||w||_dual)`` (convex). ``y`` in {-1, +1}."""
-    import torch
-
     xt = torch.as_tensor(_np(x), dtype=torch.float64)
     yt = torch.as_tensor(_np(y), dtype=torch.float64)
     if xt.ndim != 2 or yt.shape != (xt.shape[0],) or not bool(((yt == 1) | (yt == -1)).all()):
@@ -307,12 +310,6 @@ def mixture_dataset(x: Any, y: Any, g: Any = None, *, scale: float = 0.1, center
     The map is affine, so a radius ``e`` in pixel space is ``e / scale`` in the mixture's units.
     Clipping changes the distribution; pick ``scale`` so that it is rare (the fraction clipped is
     logged)."""
-    import logging
-
-    import torch
-
-    from .data import Dataset
-
     xa = center + scale * _np(x).astype(np.float64)
     clipped = float(((xa < 0) | (xa > 1)).mean())
     if clipped > 0:
@@ -341,8 +338,6 @@ class LabResult:
     classifiers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_frame(self):
-        import pandas as pd
-
         return pd.DataFrame(self.rows)
 
     def to_json(self) -> dict[str, Any]:
@@ -365,8 +360,6 @@ def gaussian_lab(d: int = 50, eta: float = 0.1, K: float = 2.0, eps: float = 0.0
     ``threshold``: ``logistic`` keeps the trained bias; ``01`` refits it to minimize the empirical
     (robust, for the robust model) 0-1 error on the training samples (:func:`fit_threshold`): the
     logistic loss is not the 0-1 loss, and with unequal class variances their optimal biases differ."""
-    from .metrics import wilson
-
     if threshold not in ("logistic", "01"):
         raise ConfigError(f"threshold must be 'logistic' or '01', got {threshold!r}")
     _check(d, eta, sigma, K, eps)

@@ -76,7 +76,7 @@ def check_image_eps(eps: float, attacks: Any = ("pgd",), *, allow_large: bool = 
     L2 attacks (``-l2``) are not capped: their radius scales with the input dimension."""
     if allow_large or eps <= 1:
         return eps
-    from .attacks import parse_attack_name
+    from .attacks import parse_attack_name  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
 
     names = [attacks] if isinstance(attacks, str) else list(attacks or ["pgd"])
     linf = [a for a in names if parse_attack_name(a)[1].get("norm", "linf") == "linf"]
@@ -88,7 +88,7 @@ def check_image_eps(eps: float, attacks: Any = ("pgd",), *, allow_large: bool = 
 
 def resolve_device(device: str | None = "auto"):
     """``auto`` -> cuda if available, else mps, else cpu. Anything else is passed to ``torch.device``."""
-    import torch
+    import torch  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
 
     if device is None or str(device) == "auto":
         if torch.cuda.is_available():
@@ -121,7 +121,7 @@ def resolve_device(device: str | None = "auto"):
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (all devices)."""
-    import numpy as np
+    import numpy as np  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
     import torch
 
     random.seed(seed)
@@ -185,7 +185,7 @@ def to_jsonable(obj: Any, *, strict: bool = True) -> Any:
     numpy arrays and scalars, tensors (anything with ``detach``/``tolist``, no torch import) and
     paths (strings). ``strict``: NaN and infinities become ``None`` so the output is strict JSON;
     otherwise they stay floats. Other objects are returned unchanged."""
-    import numpy as np  # imported lazily: `robfair --help` needs no numpy
+    import numpy as np  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
 
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v, strict=strict) for k, v in obj.items()}

@@ -36,6 +36,7 @@ perturbation that makes it an error. Summaries use correctly classified samples 
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from dataclasses import dataclass, field
@@ -46,7 +47,10 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..attacks import get_attack
 from ..errors import ConfigError, DataError, ModelError
+from ..utils import resolve_device
+from .engine import attack_generator, evaluation_model, run_attack
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +88,6 @@ def affine_params(model: nn.Module, in_shape: Sequence[int], *, device: Any = No
     fails (use ``method="bisection"`` or ``"linearized"``). Then a float64 copy of the model gives
     ``b = model(0)`` and ``W[:, i] = model(e_i) - b`` (batched forwards of the basis vectors): exact
     up to float64 rounding for float32 weights."""
-    import copy
-
     params = list(model.parameters())
     dev = device if device is not None else (params[0].device if params else torch.device("cpu"))
     dtype = params[0].dtype if params else torch.float32
@@ -191,9 +193,6 @@ def minimal_eps(model: nn.Module, x: torch.Tensor, attack: str | Any = "pgd20", 
     Batched: each round attacks every sample whose bracket is still wider than ``tol``, each at the
     midpoint of its own bracket (one per-sample radius tensor). Samples the attack cannot flip at
     ``eps_max`` get ``lower = eps_max``, ``upper = inf``."""
-    from ..attacks import get_attack
-    from .engine import run_attack
-
     atk = get_attack(attack) if isinstance(attack, str) else attack
     if not eps_max > 0 or not math.isfinite(eps_max):
         raise ConfigError(f"eps_max must be a positive finite radius, got {eps_max}; pass e.g. 16/255")
@@ -369,10 +368,6 @@ def boundary_distances(
     width ``tol``), ``linearized`` or ``auto`` (exact when the model is affine, else bisection).
     ``norm`` defaults to the attack's norm (L-inf for ``pgd20``). ``eps_max`` is required for
     bisection (e.g. twice the audit radius)."""
-    from ..attacks import get_attack
-    from ..utils import resolve_device
-    from .engine import attack_generator, evaluation_model
-
     if method not in (*METHODS, "auto"):
         raise ConfigError(f"unknown distance method {method!r}; choose one of: auto, {', '.join(METHODS)}")
     if len(dataset) == 0:

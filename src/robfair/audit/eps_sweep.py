@@ -40,10 +40,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import __version__
 from ..errors import AttackError, DataError
 from ..metrics import GroupReport
 from ..utils import parse_eps
 from .checks import WORST_CASE
+from .engine import evaluate
+from .report import AuditReport
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +110,6 @@ class EpsSweep:
 
     def __post_init__(self) -> None:
         if not self.audits:
-            from .report import AuditReport
-
             self.audits = [AuditReport({r.attack or self.attack: r}) for r in self.reports]
 
     @property
@@ -163,8 +164,6 @@ class EpsSweep:
     def from_json(cls, d: dict[str, Any]) -> "EpsSweep":
         """Reads this schema and version 1 (a single attack's reports, or the former sweep worker's
         list of audits)."""
-        from .report import AuditReport
-
         if not isinstance(d, dict) or d.get("schema") not in (SCHEMA, _SCHEMA_V1):
             raise DataError(f"not an eps sweep (schema {SCHEMA} expected); pass the dict written by EpsSweep.to_json()")
         reps = d["reports"]
@@ -200,10 +199,6 @@ def eps_sweep(
     Returns an :class:`EpsSweep`: per radius a GroupReport (per group, class and cell, Wilson
     intervals). See the module docstring for what is shared and why skipping samples already fooled
     at a smaller radius is sound (``monotone=True``)."""
-    from .. import __version__
-    from .engine import evaluate
-    from .report import AuditReport
-
     values = _check_eps_values(eps_values)
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")

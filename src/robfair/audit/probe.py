@@ -21,8 +21,12 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
+from ..attacks import get_attack
+from ..attacks.autoattack import load_backend
 from .checks import WORST_CASE
+from .engine import evaluate
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +46,6 @@ def stratified_sample(groups: np.ndarray, per_group: int, seed: int) -> np.ndarr
 
 def probe_attack(attack_names: Sequence[str]) -> tuple[str | None, list[str], str]:
     """(AutoAttack name or None, the audit's attacks it is compared with, why none)."""
-    from ..attacks import get_attack
-
     untargeted: dict[str, list[str]] = {"linf": [], "l2": []}
     for name in attack_names:
         try:
@@ -73,7 +75,7 @@ def _holm(p: list[float]) -> list[float]:
 
 def paired_greater(b: int, c: int) -> float:
     """One-sided exact McNemar p-value that ``b`` (of ``b + c`` discordant pairs) exceeds chance."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # lazy: import time (scipy.stats takes seconds; only a run probe tests)
 
     return float(binomtest(b, b + c, 0.5, alternative="greater").pvalue) if b + c else 1.0
 
@@ -126,16 +128,10 @@ def reliability_probe(model: Any, dataset: Any, outcomes: Any, attacks: list[str
                       alpha: float = ALPHA) -> dict[str, Any]:
     """Run the probe for an audit whose per-sample outcomes are ``outcomes`` (see the module doc).
     Returns the record stored under ``"probe"`` in audit.json (``{"skipped": reason}`` when none ran)."""
-    import torch
-
-    from .engine import evaluate
-
     aa_name, compared, why = probe_attack(attacks)
     if aa_name is None:
         return {"skipped": why}
     try:
-        from ..attacks.autoattack import load_backend
-
         load_backend()
     except Exception as e:  # noqa: BLE001 - the package is a core dependency; say so when it is missing
         return {"skipped": str(e)}

@@ -30,8 +30,11 @@ from .. import __version__
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
+from ..data.coerce import audit_inputs
 from ..runfolder import audit_file, audit_target
-from ..utils import parse_eps
+from ..safeio import read_json
+from ..utils import parse_eps, to_jsonable, write_json
+from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
 from .engine import Outcomes, evaluate, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
@@ -129,9 +132,6 @@ class AuditReport(ReportViews):
         with examples ``examples.npz`` (``<stem>.examples.npz``); an examples file left there by an
         earlier audit is removed when this report has none. Every file is written atomically, audit.json
         last, so a killed write never leaves an audit.json whose outcomes are missing or stale."""
-        from ..metrics.report import _clean_json
-        from ..utils import write_json
-
         path = audit_target(path)
         if self.outcomes is not None:
             self.outcomes.save(outcomes_path(path))
@@ -140,15 +140,13 @@ class AuditReport(ReportViews):
             self.examples.save(ex_path)
         elif ex_path.is_file():
             ex_path.unlink()  # another audit's images would not match these numbers
-        write_json(path, _clean_json({**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {})}))
+        write_json(path, to_jsonable({**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {})}))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "AuditReport":
         """Read audit.json (and outcomes.npz and examples.npz beside it, when present; examples
         whose predictions differ from the outcomes are dropped with a warning in the log)."""
-        from ..safeio import read_json
-
         path = audit_file(path)
         try:
             d = read_json(path, "audit")
@@ -255,16 +253,12 @@ def audit(
         two batches holding them are attacked again with the audit's seed (the strongest attack only)
         and must reproduce the recorded predictions; 0: none.
     """
-    from ..data.coerce import audit_inputs
-
     model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
     if batch_size < 1:
         raise RobfairError(f"batch size must be >= 1, got {batch_size}")
     if not attacks:
         raise AttackError("no attack given; pass e.g. attacks=['pgd20'] (CLI: --attack pgd20)")
     if probe is None:
-        from . import probe as _probe
-
         probe = _probe.DEFAULT_PER_GROUP
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise RobfairError(f"examples must be a sample count >= 0, got {examples!r}; 0 keeps no example images")

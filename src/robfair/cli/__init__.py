@@ -11,6 +11,11 @@ traceback on the terminal, and no output file is left half-written (files are wr
   decoded: ``error: ...`` naming the problem and the fix, exit code 2;
 - Ctrl-C: ``interrupted ...`` with the command that resumes (or re-runs) it, exit code 130;
 - anything else is a bug: ``internal error ...`` naming a log file that holds the traceback, exit 1.
+
+Lazy imports: start-up time. Every import of the library inside a command function of this package
+(``robfair.cli.*``) is lazy so that ``robfair --help`` and a mistyped command load no torch, numpy,
+scipy, scikit-learn, pandas or matplotlib (tests/cli/test_startup.py; benchmarks/bench_startup.py);
+the rest of the package imports at module top, except the lines marked ``# lazy:`` with their reason.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _check_md5sums(path: Path, md5: str) -> None:
 # ---------------------------------------------------------------- decoding
 def decoder_info() -> dict[str, str]:
     """The decoder that turns JPEG bytes into pixels: Pillow's version and its libjpeg's."""
-    import PIL
+    import PIL  # lazy: import time (Pillow, ~85 ms here, on every `import robfair.data`; only image files need it)
     from PIL import features
 
     return {"decoder": "Pillow", "decoder_version": PIL.__version__,
@@ -149,7 +149,7 @@ def decoder_info() -> dict[str, str]:
 
 def decode_jpeg(data: bytes, where: str) -> np.ndarray:
     """One JPEG as uint8 (3, H, W), RGB."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # lazy: import time (Pillow, ~85 ms here, on every `import robfair.data`; only image files need it)
 
     try:
         with Image.open(io.BytesIO(data)) as im:

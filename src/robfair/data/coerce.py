@@ -11,12 +11,16 @@ stating a model's class order.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
+import yaml
+from torch.utils.data import DataLoader, Dataset as TorchDataset, TensorDataset
 
 from ..errors import DataError
+from ..safeio import load_yaml
 from .base import Dataset, channels_first
 
 log = logging.getLogger(__name__)
@@ -85,8 +89,6 @@ def as_dataset(data: Any, *, classes: Any = None, groups: Sequence[str] | None =
     (N, C, H, W), (N, H, W, C) or (N, H, W), float in [0, 1] or uint8); a ``TensorDataset``; a
     ``DataLoader`` (iterated once, in its order) or any map-style torch dataset yielding ``(x, y)``.
     ``classes``: class names (or a count; default "0".."K-1"); ``groups``: names of the group ids ``g``."""
-    from torch.utils.data import DataLoader, Dataset as TorchDataset, TensorDataset
-
     if isinstance(data, Dataset):
         ds = data
         if classes is not None and _names(classes, ds.num_classes) != list(ds.classes):
@@ -158,12 +160,6 @@ def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[lis
     """``--class-map``: ``model`` (use the model's stored order), ``DATA=MODEL,...`` renames (then the
     model's order), a comma list of the model's classes in output order, or a .json/.yaml file with
     such a list or mapping. Returns (model classes in output order, renames dataset->model)."""
-    from pathlib import Path
-
-    import yaml
-
-    from ..safeio import load_yaml
-
     value: Any = text
     p = Path(str(text)).expanduser()
     if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file():
@@ -242,6 +238,7 @@ def audit_inputs(model: Any, data: Any, *, mean: Any = None, std: Any = None,
     ``model`` wrapped in ``Normalized`` when ``mean``/``std`` (or a preset name) are given, and the
     labels put in the model's class order: ``classes`` states that order (labels are re-indexed by
     name); without it, class names stored with the model must equal the dataset's."""
+    # lazy: layering (data sits below models; only this bridge for audit() needs them)
     from ..models.base import with_normalization
     from ..models.sources import model_classes
 

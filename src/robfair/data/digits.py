@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +36,6 @@ def _read_embedded() -> tuple[np.ndarray, np.ndarray]:
     """(images (1797, 8, 8), targets) from the CSV that ships inside scikit-learn, read without
     importing scikit-learn (its import, which pulls in scipy.stats, cost seconds of every CLI run);
     the same arrays as ``sklearn.datasets.load_digits()``, which is the fallback."""
-    import gzip
-    import importlib.util
-
     spec = importlib.util.find_spec("sklearn")
     roots = list(spec.submodule_search_locations or []) if spec is not None else []
     for root in roots:
@@ -45,7 +44,7 @@ def _read_embedded() -> tuple[np.ndarray, np.ndarray]:
             with gzip.open(path, "rt", encoding="ascii") as f:
                 data = np.loadtxt(f, delimiter=",")
             return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
-    from sklearn.datasets import load_digits as _sk_load
+    from sklearn.datasets import load_digits as _sk_load  # lazy: fallback only (import time: seconds)
 
     bunch = _sk_load()
     return bunch.images, bunch.target

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset, channels_first as _channels_first
-from .registry import option_float, option_int, register_dataset
+from .base import Dataset, channels_first as _channels_first, stratified_split
+from .registry import DATASETS, option_float, option_int, parse_spec, register_dataset, split_options, with_options
 
 LAYOUT = "keys x, y (optional g, classes, groups) or x_train, y_train, x_test, y_test"
 
@@ -95,8 +95,6 @@ def load_npz(root: Path | None, split: str, *, holdout: Any = None, split_seed: 
         return ds
     if not single:
         raise DataError(f"{path} already holds train and test arrays ({kx}); drop the holdout option")
-    from .base import stratified_split
-
     share = _holdout_value(holdout)
     seed = option_int(split_seed, "split_seed")
     tr, te = stratified_split(ds.y, share, seed, classes=ds.classes)
@@ -127,8 +125,6 @@ HOLDOUT = 0.2
 def training_spec(spec: str) -> tuple[str, str | None]:
     """For ``robfair train``: a single-file npz spec gets ``holdout=0.2`` (seed ``split_seed``, default 0)
     so train and test differ; returns (spec, notice or None). Other specs come back unchanged."""
-    from .registry import DATASETS, parse_spec, split_options, with_options
-
     try:
         name, path = parse_spec(spec)
         canonical = DATASETS.canonical(name)

@@ -23,9 +23,12 @@ import re
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
+import torch
+
 from ..errors import DataError
 from ..registry import Registry
 from .base import Dataset
+from .coerce import subsample
 
 Loader = Callable[[Path | None, str], Dataset]
 SPLITS = ("train", "test")
@@ -178,8 +181,6 @@ def load_dataset(spec: str, split: str = "test", root: str | os.PathLike | None 
         ds.name = canonical
     ds.validate()
     if subset:
-        from .coerce import subsample
-
         ds = subsample(ds, limit=option_int(subset["limit"], "limit", minimum=1) if "limit" in subset else None,
                        per_class=option_int(subset["per_class"], "per_class", minimum=1) if "per_class" in subset else None,
                        seed=option_int(subset.get("sample_seed", 0), "sample_seed"))
@@ -197,8 +198,6 @@ def unknown_groups(dataset: str, attribute: str, available: Sequence[str]) -> Da
 
 def check_groups_present(ds: Dataset, split: str) -> None:
     """``DataError`` when a named group has no sample in this split (its metrics would be undefined)."""
-    import torch
-
     counts = torch.bincount(ds.group_ids.cpu(), minlength=ds.num_groups)
     empty = [ds.group_names[i] for i in range(ds.num_groups) if int(counts[i]) == 0]
     if empty:

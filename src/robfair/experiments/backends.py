@@ -46,7 +46,7 @@ def check_backend(name: str) -> None:
         raise ConfigError(f"unknown backend '{name}'; choose one of: {', '.join(BACKENDS)}")
     if name == "slurm":
         try:
-            import submitit  # noqa: F401
+            import submitit  # noqa: F401  (lazy: optional extra, robfair[slurm])
         except ImportError:
             raise ConfigError("the slurm backend needs submitit, which is not installed; "
                               "pip install submitit (robfair's 'slurm' extra), or use --backend local") from None
@@ -233,7 +233,7 @@ class SlurmBackend:
         return params
 
     def run(self, jobs: Sequence[Job], index: Path, on_finish: OnFinish | None = None) -> list[Any]:
-        import submitit
+        import submitit  # lazy: optional extra (robfair[slurm])
 
         executor = submitit.AutoExecutor(folder=str(self.folder / "%j"))
         executor.update_parameters(**self.parameters())

@@ -27,7 +27,7 @@ def require_tensorboard() -> Any:
     """``torch.utils.tensorboard.SummaryWriter``; a one-line ConfigError when tensorboard is missing."""
     try:
         import tensorboard  # noqa: F401
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # lazy: optional extra (robfair[tensorboard])
     except ImportError:
         raise ConfigError("TensorBoard tracking was asked for but tensorboard is not installed; "
                           "pip install tensorboard (robfair's 'tensorboard' extra), or drop --tensorboard / tracking.tensorboard") from None

@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import RobfairError
+from ..inert import mpl_rc
+
 #: fairlearn metrics of :meth:`ReportViews.to_metricframe`, on the per-sample outcome columns
 #: ``[clean correct, adversarial correct]`` (spec section 1)
 _MF_METRICS = {
@@ -79,9 +82,9 @@ class ReportViews:
     def plot(self, ax: Any = None, *, by: str = "group") -> Any:
         """Per-group (``by="class"``: per-class) clean and robust accuracy with 95% Wilson intervals on
         matplotlib axes (a new figure when ``ax`` is None); returns the axes."""
+        # lazy: import time (matplotlib, needed by plotting only) and layering (report sits above metrics)
         import matplotlib
 
-        from ..inert import mpl_rc
         from ..report.plots import draw_classwise
 
         with matplotlib.rc_context(mpl_rc()):  # labels are untrusted text: no math parsing
@@ -103,10 +106,8 @@ class ReportViews:
         of (group, class, outcome) counts is exact: ``by_group`` equals :attr:`by_group` to the bit.
         ``extra_metrics``: more ``f(y_true, y_pred)`` on those columns."""
         try:
-            from fairlearn.metrics import MetricFrame
+            from fairlearn.metrics import MetricFrame  # lazy: optional extra (robfair[fairlearn])
         except ImportError:
-            from ..errors import RobfairError
-
             raise RobfairError("to_metricframe needs fairlearn; install it with `pip install robfair[fairlearn]`") from None
         rep = self._headline()
         c = rep.counts

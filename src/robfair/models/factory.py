@@ -7,6 +7,9 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel
+from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import ModelError
 from .base import MODELS, Normalized, channel_stats, resolve_normalization, check_in_shape, check_num_classes, fmt_shape
@@ -99,9 +102,6 @@ def describe_models() -> list[ModelInfo]:
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """Peel DataParallel / DistributedDataParallel / AveragedModel / ``torch.compile`` wrappers."""
-    from torch.nn.parallel import DataParallel, DistributedDataParallel
-    from torch.optim.swa_utils import AveragedModel
-
     while True:
         if "_orig_mod" in model._modules:  # torch.compile's OptimizedModule
             model = model._modules["_orig_mod"]  # type: ignore[assignment]
@@ -140,8 +140,6 @@ def count_flops(model: nn.Module, in_shape: Any) -> int:
     """FLOPs of one forward pass on one image of ``in_shape`` (eval mode, no grad), as counted by
     ``torch.utils.flop_counter.FlopCounterMode``: 2 x multiply-accumulates of convolutions and matrix
     products; elementwise ops (BN, ReLU, pooling, normalization) are not counted."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     in_shape = check_in_shape(in_shape)
     ref = next(model.parameters(), None)
     x = torch.zeros(1, *in_shape, device=ref.device if ref is not None else None)

@@ -35,10 +35,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+import yaml
 from torch import nn
 
 from ..errors import ModelError
+from ..safeio import read_text_capped, yaml_loads
 from . import checkpoint as _ckpt
+from .factory import create
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +173,6 @@ def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
     """``--arch-kwargs``: inline JSON/YAML (``'{"width": 32}'``, ``'width: 32'``) or a .json/.yaml file."""
     if text is None or not str(text).strip():
         return {}
-    import yaml
-
-    from ..safeio import read_text_capped, yaml_loads
-
     p = Path(str(text)).expanduser()
     is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file()
     src = read_text_capped(p, "--arch-kwargs file", error=ModelError) if is_file else str(text)
@@ -238,7 +237,7 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], path: Path, n
 
 def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
-        from safetensors import safe_open
+        from safetensors import safe_open  # lazy: optional extra (robfair[safetensors])
     except ImportError:
         raise ModelError(f"{path} is a safetensors file; install the reader with `pip install safetensors` "
                          "(or `pip install robfair[safetensors]`)") from None
@@ -399,6 +398,7 @@ def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
     meta: dict[str, Any] = {"source": "robustbench", "path": str(f), "classes": classes, "spec": None, "extra": {},
                             "robustbench": {"dataset": dataset, "threat": threat, "name": model_name}}
     try:
+        # lazy: optional extra (robustbench; robfair builds the listed architectures without it)
         from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
         from robustbench.model_zoo.models import model_dicts
     except ImportError:
@@ -422,8 +422,6 @@ def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
         raise ModelError(f"robustbench:{dataset}/{threat}/{model_name} needs the robustbench package for its "
                          f"architecture (`pip install robustbench`); without it robfair builds: {known}")
     arch, kwargs, mean, std = ROBUSTBENCH_BUILTIN[key]
-    from .factory import create
-
     k, shape = _RB_SHAPES[dataset]
     with torch.device("meta"):
         model = create(arch, k, shape, mean=mean, std=std, **kwargs)

@@ -6,8 +6,10 @@ import math
 from typing import Any, Mapping
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
+from ..audit.checks import model_state
 from ..inert import term
 
 
@@ -63,8 +65,6 @@ def aggregate_table(rep, *, n_boot: int = 1000, seed: int = 0, k: int = 3, title
 
 
 def chi2_line(rep) -> str:
-    from ..audit.checks import model_state
-
     state = model_state(rep)
     if state is not None:  # a "significant" gap between groups of a degenerate model means nothing
         return f"Do the groups differ?  not tested: the model is {'collapsed' if state['state'] == 'collapsed' else 'at chance level'}"
@@ -149,8 +149,6 @@ def print_demo(console: Console, result) -> None:
 def fit_table(console: Console, table: Table, *, key_columns: int = 1) -> Table:
     """``table`` when it fits the console's width, else the same cells in long format -- one row per
     (row, column), the first ``key_columns`` repeated -- so nothing wraps over several lines."""
-    from rich.measure import Measurement
-
     if Measurement.get(console, console.options.update_width(10**5), table).maximum <= console.width:
         return table
     headers = [str(c.header) for c in table.columns]

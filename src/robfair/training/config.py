@@ -18,8 +18,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError, RobfairError
+from ..errors import AttackError, ConfigError, RobfairError
 from ..runfolder import RunFolder
+from ..safeio import read_text_capped, yaml_loads
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_all(self) -> "TrainConfig":
-        from .methods import build_method  # imports register the built-in methods
+        from .methods import build_method  # lazy: start-up time (`robfair --help` loads this module, not torch)
 
         method = build_method(self.method, self.method_options)  # ConfigError naming the method / option
         # resolve: canonical method name, every option spelled out, the method's default attack
@@ -137,8 +138,7 @@ class TrainConfig(BaseModel):
         if self.attack is None:
             self.attack = method.default_attack
         if self.attack and self.attack.lower() != "none":
-            from ..attacks import require_target_rule
-            from ..errors import AttackError
+            from ..attacks import require_target_rule  # lazy: start-up time (`robfair --help` loads this module, not torch)
 
             try:
                 require_target_rule(self.attack)
@@ -211,8 +211,6 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         p = RunFolder(p).config
     try:
-        from ..safeio import read_text_capped, yaml_loads
-
         data = yaml_loads(read_text_capped(p, "config file", error=ConfigError), f"config file {str(p)!r}") or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None

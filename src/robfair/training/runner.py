@@ -14,7 +14,10 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from ..data import load_dataset, stratified_split
+from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
+from ..models import create, load_checkpoint
 from ..utils import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
@@ -40,8 +43,6 @@ def split_record(full: Any, cfg: TrainConfig, val_idx: torch.Tensor | None, sour
 
 def init_split(path: str) -> dict[str, Any] | None:
     """The split recorded in checkpoint ``path`` (None for checkpoints written before splits were recorded)."""
-    from ..models import load_checkpoint
-
     _, meta = load_checkpoint(path)
     extra = meta.get("extra") or {}
     rec = extra.get("split")
@@ -58,8 +59,6 @@ def make_split(full: Any, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor 
     never validates on the initial model's training samples) and refuses a different ``val_per_class``;
     ``val_split: seed`` draws its own split and refuses one whose validation samples the initial model
     trained on. Errors are one line naming the fix."""
-    from ..data import stratified_split
-
     n = len(full)
     rec = init_split(cfg.init) if cfg.init else None
     same_data = rec is not None and rec.get("data") == str(cfg.data) and int(rec.get("n", -1)) == n
@@ -104,8 +103,6 @@ def make_split(full: Any, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor 
 def load_init(model: nn.Module, path: str) -> None:
     """Copy the weights of checkpoint ``path`` into ``model`` (fine-tuning); the architecture, its
     arguments and the class count must match."""
-    from ..models import load_checkpoint
-
     loaded, meta = load_checkpoint(path)
     want, have = getattr(model, "robfair_spec", {}), meta["spec"]
     diff = [k for k in ("name", "num_classes", "in_shape", "kwargs") if want.get(k) != have.get(k)]
@@ -118,8 +115,6 @@ def load_init(model: nn.Module, path: str) -> None:
 
 def build_model(cfg: TrainConfig, num_classes: int, in_shape: tuple[int, int, int]) -> nn.Module:
     """``robfair.models.create(cfg.model, ...)``, initialized from ``cfg.init`` when set."""
-    from ..models import create
-
     model = create(cfg.model, num_classes, in_shape, **cfg.model_kwargs)
     if cfg.init:
         load_init(model, cfg.init)
@@ -134,13 +129,9 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     ``train_data`` / ``test_data`` override loading ``cfg.data`` (splits "train" / "test"). The test
     split is only loaded when ``final_audit`` is given: ``final_audit(best_model, test)`` runs after
     training and its result lands in ``audit.json``."""
-    from ..data import load_dataset
-
     seed_everything(cfg.seed)
     data_spec = cfg.data
     if train_data is None:
-        from ..data.npz import training_spec
-
         data_spec, notice = training_spec(cfg.data)
         if notice:
             log.warning(notice)
