@@ -177,3 +177,20 @@ def test_hash_ignores_device_and_out_but_not_what_is_computed(tiny, tmp_path):
 def test_requires_lists_missing_methods(tiny):
     tiny["requires"] = ["standard", "fair-constraint-not-yet"]
     assert study(tiny).missing_methods() == ["fair-constraint-not-yet"]
+
+
+def test_audit_channels_last_defaults_to_the_model_and_leaves_old_run_folders_matching(tiny):
+    """``audit.channels_last`` None (default): on for 2-D conv models, as the CLI and the trainer; it
+    changes speed, never predictions, so it is out of the hash and run folders made when the
+    default was False (or with an explicit value) still match."""
+    from robfair.experiments.config import config_differences
+
+    a = study(tiny).expand("out")[0]
+    assert a.audit["channels_last"] is None
+    d = a.model_dump(by_alias=True, exclude={"hash"})
+    for value in (False, True):
+        old = RunSpec(**{**d, "audit": {**a.audit, "channels_last": value}})
+        assert old.hash == a.hash and config_differences(old, a) == []
+    # a setting that does change outcomes still counts
+    other = RunSpec(**{**d, "audit": {**a.audit, "early_exit": False}})
+    assert other.hash != a.hash and config_differences(other, a) == ["audit.early_exit: False -> True"]

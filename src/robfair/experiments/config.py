@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 RUN_SCHEMA = "robfair.run/1"
 #: TrainConfig keys that do not change what a run computes (excluded from the config hash)
 HASH_FREE_KEYS = ("resume", "device", "out")
+#: audit settings that change the speed, never an outcome (channels_last: identical predictions), so
+#: run folders made before their default changed still match
+AUDIT_HASH_FREE_KEYS = ("channels_last",)
 _REF = re.compile(r"\$\{([^}]*)\}")
 _NAME_OK = re.compile(r"[^A-Za-z0-9._,=+-]+")
 MAX_NAME = 120
@@ -80,7 +83,8 @@ class AuditSettings(_Block):
     seed: int | None = Field(None, ge=0, description="attack random starts; default: the run's seed")
     early_exit: bool = True
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    channels_last: bool = False
+    channels_last: bool | None = Field(None, description="channels-last memory format; default (None): on for "
+                                                         "models with 2-D convolutions (same predictions)")
     bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples for worst/gap intervals in reports")
     probe: int | None = Field(None, ge=0, description="reliability probe: AutoAttack on up to N samples per group "
                                                     "(default 20; 0 disables)")
@@ -231,7 +235,8 @@ class RunSpec(BaseModel):
 
 def config_hash(train: dict[str, Any], audit: dict[str, Any]) -> str:
     """A short hash of what a run computes: its train config (less resume/device/out) and audit settings."""
-    payload = {"train": {k: v for k, v in train.items() if k not in HASH_FREE_KEYS}, "audit": audit}
+    payload = {"train": {k: v for k, v in train.items() if k not in HASH_FREE_KEYS},
+               "audit": {k: v for k, v in audit.items() if k not in AUDIT_HASH_FREE_KEYS}}
     blob = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -240,10 +245,10 @@ def config_differences(a: RunSpec, b: RunSpec) -> list[str]:
     """Keys whose values differ between two runs' train/audit settings ('train.epochs: 1 -> 2').
     Keys present on one side only are ignored (a newer robfair may add keys with defaults)."""
     out = []
-    for part in ("train", "audit"):
+    for part, free in (("train", HASH_FREE_KEYS), ("audit", AUDIT_HASH_FREE_KEYS)):
         da, db = getattr(a, part), getattr(b, part)
         for k in da:
-            if k in HASH_FREE_KEYS or k not in db:
+            if k in free or k not in db:
                 continue
             if json.dumps(da[k], sort_keys=True, default=str) != json.dumps(db[k], sort_keys=True, default=str):
                 out.append(f"{part}.{k}: {da[k]!r} -> {db[k]!r}")

@@ -104,7 +104,7 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
     def do_audit(model: Any, data: Any, eps: float) -> AuditReport:
         rep = audit(model, data, attacks=a["attacks"], eps=eps, batch_size=a["batch_size"], device=cfg.device,
                     early_exit=a["early_exit"], seed=a["seed"], precision=a["precision"],
-                    channels_last=a["channels_last"], probe=a.get("probe"))
+                    channels_last=a.get("channels_last"), probe=a.get("probe"))
         rep.meta.update(run=spec.name, split=a["split"], checkpoint=str(run.best))
         return rep
 
@@ -121,7 +121,7 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
         data = test if test is not None else load_dataset(cfg.data, a["split"])
         sweep = eps_sweep(result.best_model, data, list(a["attacks"]), sorted(set(a["eps_sweep"])),
                           batch_size=a["batch_size"], device=cfg.device, seed=a["seed"], precision=a["precision"],
-                          channels_last=a["channels_last"], early_exit=a["early_exit"])
+                          channels_last=a.get("channels_last"), early_exit=a["early_exit"])
         sweep.meta.update(run=spec.name, split=a["split"])
         run.write_json(run.eps_sweep, sweep.to_json())
     return result.audit
