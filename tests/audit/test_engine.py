@@ -74,6 +74,83 @@ def test_per_batch_seeds_make_a_sharded_audit_equal_to_one_process():
     assert (shifted.adv_pred["pgd5"][:, order] != whole.adv_pred["pgd5"]).sum() > 0
 
 
+def _conv_problem(n=150, k=3):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, k)).eval()
+    x = torch.rand(n, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    y[::7] = (y[::7] + 1) % k
+    return model, Dataset(x=x, y=y, classes=[f"c{i}" for i in range(k)], name="conv")
+
+
+@pytest.mark.parametrize("case", ["single", "several", "per-sample", "sweep", "sweep-not-monotone", "indices", "conv"])
+def test_refilled_pgd_gives_the_batch_by_batch_outcomes_in_fewer_fuller_passes(case):
+    """PGD runs through ``PGD.stream`` (the active batch refills from the batches still to come);
+    each batch keeps its own generator, so every outcome equals the batch-by-batch path's."""
+    model, ds = _conv_problem() if case == "conv" else mlp_problem()
+    attacks, eps, kw = {
+        "single": (["pgd10"], 0.05, {}),
+        "several": (["fgsm", "pgd10-r2", "pgd5-t2", "pgd4-trand"], 0.05, {}),
+        "per-sample": (["pgd6"], torch.linspace(0.0, 0.1, len(ds)), {}),
+        "sweep": (["pgd5", "fgsm", "pgd6-cw"], [0.0, 0.03, 0.06], {}),
+        "sweep-not-monotone": (["pgd5"], [0.03, 0.06], {"monotone": False}),
+        "indices": (["pgd8"], 0.05, {"indices": np.arange(7, 200, 2)}),
+        "conv": (["pgd10"], 0.1, {"channels_last": True}),
+    }[case]
+    sizes: list[int] = []
+    first = next(m for m in model if isinstance(m, (nn.Linear, nn.Conv2d)))
+    hook = first.register_forward_hook(lambda m, i, o: sizes.append(i[0].shape[0]))
+    runs = {}
+    for refill in (False, True):
+        sizes.clear()
+        seen: list[tuple[int, int]] = []
+        keep = not isinstance(eps, list)  # the adversarial inputs too (single radius only)
+        runs[refill] = evaluate(model, ds, attacks, eps, device="cpu", seed=5, batch_size=32, refill=refill,
+                                progress=lambda _s, d, t: seen.append((d, t)), keep_adv=keep, **kw)
+        runs[refill].meta["forwards"] = list(sizes)
+        assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == list(range(1, len(seen) + 1))
+    hook.remove()
+    a, b = runs[True], runs[False]
+    assert a.meta["refilled"] == [x for x in attacks if x.startswith("pgd")] and b.meta["refilled"] == []
+    assert a.meta["attacked_samples"] == b.meta["attacked_samples"]
+    for name in attacks:
+        assert np.array_equal(a.adv_pred[name], b.adv_pred[name]), name
+        assert np.array_equal(a.first_step[name], b.first_step[name]), name
+    assert a.min_eps.keys() == b.min_eps.keys()
+    assert all(np.array_equal(a.min_eps[k], b.min_eps[k]) for k in a.min_eps)
+    assert a.warnings == b.warnings
+    if not isinstance(eps, list):
+        for name in attacks:
+            assert a.adv_inputs[name].shape == (a.n, *ds.x.shape[1:])
+            assert torch.allclose(a.adv_inputs[name], b.adv_inputs[name], atol=1e-6, rtol=0), name
+    # the same per-sample work in fewer passes: the active batch stays full
+    assert sum(a.meta["forwards"]) == sum(b.meta["forwards"])
+    assert len(a.meta["forwards"]) < len(b.meta["forwards"])
+    # and the attacks did something the seeds decide (so the equalities above could fail)
+    pgd = [x for x in attacks if x.startswith("pgd")][0]
+    assert (a.adv_pred[pgd] != a.y).any()
+
+
+def test_a_refill_without_the_batches_own_generators_would_change_the_outcomes():
+    """The refill path needs each batch's own generator (``Chunk.generator``): one generator drawn
+    across the batches gives other random starts and other outcomes (what the test above guards)."""
+    from robfair.attacks import Chunk, get_attack
+    from robfair.audit.engine import batch_generator
+
+    model, ds = mlp_problem()
+    ref = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=32)
+    atk = get_attack("pgd5")
+    batches = [(pos, x, y) for pos, (x, y, _g) in zip(range(0, len(ds), 32), ds.batches(32))]
+    own = torch.cat([r.adv_pred for r in atk.stream(model, [Chunk(x, y, 0.05, generator=batch_generator(
+        torch.device("cpu"), 3, "pgd5", pos)) for pos, x, y in batches], batch_size=32)]).numpy()
+    shared = torch.cat([r.adv_pred for r in atk.stream(model, [Chunk(x, y, 0.05) for _, x, y in batches],
+                                                       generator=batch_generator(torch.device("cpu"), 3, "pgd5", 0),
+                                                       batch_size=32)]).numpy()
+    assert np.array_equal(own, ref.adv_pred["pgd5"][0])
+    assert (shared != ref.adv_pred["pgd5"][0]).sum() > 0
+
+
 def test_outcomes_file_rebuilds_every_report_exactly(tmp_path):
     model, ds = mlp_problem()
     rep = audit(model, ds, ["fgsm", "pgd20"], eps=0.08, device="cpu", batch_size=64, probe=0)

@@ -66,13 +66,15 @@ MAX_LOADED = 4
 class Chunk:
     """One piece of a stream: images ``x`` in [0, 1], **true** labels ``y``, ``eps`` (a float or an
     (N,) tensor), optionally the clean ``logits`` (they rank the targets of ``-t`` without another
-    forward) and explicit ``targets`` ((N,) or (N, k))."""
+    forward) and explicit ``targets`` ((N,) or (N, k)). ``generator``: this chunk's own random
+    generator (its random starts and random targets); None uses the stream's."""
 
     x: torch.Tensor
     y: torch.Tensor
     eps: Any
     logits: torch.Tensor | None = None
     targets: torch.Tensor | None = None
+    generator: torch.Generator | None = None
 
 
 class PGD(Attack):
@@ -173,7 +175,8 @@ class PGD(Attack):
         tuples) and yield one :class:`AttackResult` per chunk, in order. The active batch
         (``batch_size``, default: the first chunk's size) is refilled from the chunks still to come
         as samples leave it, so late steps run at full batch. Each chunk's result equals
-        ``run(model, x, y, eps, generator=...)`` chunk by chunk with the same generator."""
+        ``run(model, x, y, eps, generator=...)`` chunk by chunk with the same generator (a chunk
+        with its own ``Chunk.generator``: ``run`` with that one)."""
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise AttackError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         model = self._prepare(model)
@@ -311,7 +314,8 @@ class _Pool:
             if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
                 raise AttackError("a stream yields Chunk objects or (x, y, eps[, clean_logits]) tuples")
             item = Chunk(*item)
-        cs = _ChunkState(self.atk, self.model, item, self.gen, self.checked)
+        gen = item.generator if item.generator is not None else self.gen
+        cs = _ChunkState(self.atk, self.model, item, gen, self.checked)
         if self.batch is None:
             self.batch = max(1, cs.n)
         if self.layout is None and cs.n and cs.x.stride(0) == cs.x[0].numel():

@@ -38,6 +38,7 @@ import logging
 import math
 import time
 import zipfile
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -420,6 +421,7 @@ def evaluate(
     early_exit: bool = True,
     indices: Any = None,
     monotone: bool = True,
+    refill: bool = True,
     progress: Progress | None = None,
     stage: str = "audit",
     keep_adv: bool = False,
@@ -476,11 +478,26 @@ def evaluate(
     said: dict[str, list[str]] = {name: [] for name, _ in named}  # the attacks' own reliability messages
     attacked = {name: [0] * R for name, _ in named}
     kept: dict[str, list[torch.Tensor]] | None = {name: [] for name, _ in named} if keep_adv else None
-    total_batches = math.ceil(n / int(batch_size))
+    bs = int(batch_size)
+    total_batches = math.ceil(n / bs)
+    # PGD attacks refill their active batch across batches (PGD.stream): one pass over the data per
+    # attack (and radius of a sweep); every other attack runs batch by batch in the first pass
+    refilled = {name for name, atk in named if refill and refills(atk, early_exit)}
+    passes = [(name, atk, j) for name, atk in named if name in refilled
+              for j in range(R) if not sweep or radii[j] > 0]  # type: ignore[index]
+    total = total_batches * max(1, len(passes))
+    done = [0]
     t0 = time.perf_counter()
-    pos = 0
-    with evaluation_model(model, dev, channels_last) as net:
-        for b, (x, y, g) in enumerate(ds.batches(int(batch_size), device=dev)):
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(stage, done[0], total)
+
+    def first_pass(net: nn.Module) -> Any:
+        """The data once: checks, the one clean forward per batch, the batch-by-batch attacks."""
+        pos = 0
+        for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
             if channels_last:
                 x = to_channels_last(x)
             if b == 0:
@@ -494,6 +511,10 @@ def evaluate(
             clean_all[pos:pos + m] = clean.cpu().numpy()
             first = int(idx[pos])  # the dataset index of the batch's first sample seeds its generators
             for name, atk in named:
+                if name in refilled:
+                    if sweep:  # radius 0 (or the row a first radius starts from): the clean prediction
+                        adv_all[name][0, pos:pos + m] = clean_all[pos:pos + m]
+                    continue
                 ta = time.perf_counter()
                 if not sweep:
                     e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
@@ -509,9 +530,33 @@ def evaluate(
                                  adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
                                  said[name])
                 timings[name] += time.perf_counter() - ta
+            yield pos, x, y
             pos += m
-            if progress is not None:
-                progress(stage, b + 1, total_batches)
+            tick()
+
+    def again() -> Any:
+        """The data once more (for a refilled attack after the first)."""
+        pos = 0
+        for x, y, _g in ds.batches(bs, device=dev):
+            if channels_last:
+                x = to_channels_last(x)
+            yield pos, x, y
+            pos += x.shape[0]
+            tick()
+
+    with evaluation_model(model, dev, channels_last) as net:
+        source = first_pass(net)
+        if not passes:
+            for _ in source:
+                pass
+        for name, atk, j in passes:
+            ta = time.perf_counter()
+            waited = [0.0]  # seconds spent producing the batches (the first pass runs the other attacks)
+            _refill_pass(atk, net, _timed(source, waited), name, j, radii if sweep else None, eps_v, monotone,
+                         dev, seed, idx, bs, y_all, clean_all, adv_all[name], step_all[name], attacked[name],
+                         said[name], None if kept is None else kept[name])
+            timings[name] += time.perf_counter() - ta - waited[0]
+            source = again()
     eps_label: float | str | None = (radii[0] if radii is not None and len(radii) == 1 else
                                      None if radii is not None else "per-sample")
     has_groups = ds.g is not None
@@ -527,11 +572,89 @@ def evaluate(
                 "channels_last": bool(channels_last), "early_exit": bool(early_exit),
                 "seconds": round(time.perf_counter() - t0, 3),
                 "attack_seconds": {k: round(v, 3) for k, v in timings.items()},
-                "attacked_samples": attacked if sweep else {k: v[0] for k, v in attacked.items()}}
+                "attacked_samples": attacked if sweep else {k: v[0] for k, v in attacked.items()},
+                "refilled": [name for name, _ in named if name in refilled]}
     from .checks import outcome_warnings
 
     out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
     return out
+
+
+def refills(attack: Any, early_exit: bool) -> bool:
+    """True for the attacks :func:`evaluate` streams with refill: robfair's own multi-step PGD in
+    evaluation mode (first success kept) with early exit; FGSM, AutoAttack, subclasses that change
+    the attack and plain callables run batch by batch."""
+    from ..attacks.base import Attack
+    from ..attacks.pgd import FGSM, PGD
+
+    t = type(attack)
+    return (bool(early_exit) and isinstance(attack, PGD) and not isinstance(attack, FGSM)
+            and attack.keep == "first-success" and attack.steps > 0 and t.run is Attack.run
+            and t.stream is PGD.stream and t.perturb_result is PGD.perturb_result)
+
+
+def _timed(it: Any, acc: list[float]) -> Any:
+    """``it``, adding to ``acc[0]`` the seconds spent producing each item."""
+    it = iter(it)
+    while True:
+        t = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            acc[0] += time.perf_counter() - t
+            return
+        acc[0] += time.perf_counter() - t
+        yield item
+
+
+def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii: list[float] | None, eps_v: Any,
+                 monotone: bool, dev: torch.device, seed: int, idx: torch.Tensor, bs: int, y_all: np.ndarray,
+                 clean_all: np.ndarray, adv: np.ndarray, step: np.ndarray, attacked: list[int],
+                 said: list[str], adv_out: list[torch.Tensor] | None = None) -> None:
+    """One attack (radius ``radii[j]`` of a sweep) over every batch of ``source`` with ``PGD.stream``:
+    the active batch refills from the batches still to come. Each batch is one chunk with its own
+    generator (:func:`batch_generator`, as batch by batch), and a sweep's chunk holds the samples
+    :func:`_sweep_batch` would attack, so the outcomes equal the batch-by-batch path's."""
+    from ..attacks.pgd import Chunk
+
+    pending: deque = deque()
+
+    def chunks() -> Any:
+        for pos, x, y in source:
+            m = x.shape[0]
+            first = int(idx[pos])
+            if radii is None:
+                e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
+                pending.append((pos, None))
+                yield Chunk(x, y, e_b, generator=batch_generator(dev, seed, name, first))
+                continue
+            sl = slice(pos, pos + m)
+            prev = adv[j - 1, sl] if monotone and j > 0 else clean_all[sl]
+            adv[j, sl] = prev
+            if monotone and j > 0:
+                step[j, sl] = step[j - 1, sl]
+            act = np.flatnonzero(prev == y_all[sl])  # not yet fooled (monotone) / clean-correct
+            if act.size == 0:
+                continue
+            a = torch.from_numpy(act).to(x.device)
+            pending.append((pos, act))
+            yield Chunk(x[a], y[a], float(radii[j]), generator=batch_generator(dev, seed, name, first, radii[j]))
+
+    for res in atk.stream(net, chunks(), early_exit=True, batch_size=bs):
+        pos, act = pending.popleft()
+        p, s = res.adv_pred.cpu().numpy(), res.fooled_step.cpu().numpy()
+        said += [w for w in res.warnings if w not in said]
+        if act is None:
+            if adv_out is not None:
+                adv_out.append(res.x_adv.detach())
+            adv[0, pos:pos + p.size] = p
+            step[0, pos:pos + p.size] = s
+            attacked[0] += p.size
+            continue
+        attacked[j] += act.size
+        keep = p != y_all[pos + act] if monotone else np.ones(act.size, dtype=bool)
+        adv[j, pos + act[keep]] = p[keep]
+        step[j, pos + act[keep]] = s[keep]
 
 
 def _sweep_batch(atk: Any, net: nn.Module, x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
