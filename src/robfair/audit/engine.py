@@ -11,6 +11,12 @@ bisection, the trainer's validation, the sweep worker) goes through :func:`evalu
 attack call, :func:`run_attack`, so they share:
 
 - one clean forward pass per batch, shared by every attack (and every radius of a sweep);
+- early exit with refill: robfair's multi-step PGD runs through :meth:`robfair.attacks.PGD.stream`
+  (:func:`refills`), one pass over the data per attack (per radius of a sweep), so samples fooled
+  early leave and the active batch refills from the batches still to come (late steps run at full
+  batch). Each batch keeps its own generator, so the outcomes equal those batch by batch
+  (``refill=False``); other attacks (FGSM, AutoAttack, plain callables) run batch by batch in the
+  first pass. Only the batches in flight live on the device;
 - the model in eval mode on ``device`` (restored afterwards), optionally ``channels_last``, the
   forward passes under ``precision`` autocast;
 - datasets on any device (batches are moved to ``device``; labels and groups come back to the CPU
@@ -436,9 +442,11 @@ def evaluate(
     every larger ball, so the robust error is exact and the curve monotone (see
     :mod:`robfair.audit.eps_sweep`). ``attacks`` may be empty (clean predictions only).
     ``precision``: bf16 / fp16 only where the device runs them natively (:func:`robfair.hardware.
-    check_precision`); ``channels_last`` None: on for models with 2-D convolutions. ``keep_adv``
-    (single radius only, for a few batches: :mod:`robfair.audit.examples`): keep every sample's
-    adversarial input in ``Outcomes.adv_inputs``."""
+    check_precision`); ``channels_last`` None: on for models with 2-D convolutions. ``refill``
+    (default): PGD's active batch refills across batches (same outcomes, fewer, fuller passes);
+    ``progress`` counts batches over every pass of the data. ``keep_adv`` (single radius only, for
+    a few batches: :mod:`robfair.audit.examples`): keep every sample's adversarial input in
+    ``Outcomes.adv_inputs``."""
     from ..hardware import channels_last as to_channels_last
     from ..hardware import check_precision, wants_channels_last
     from ..utils import resolve_device
