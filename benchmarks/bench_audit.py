@@ -10,6 +10,11 @@ sample's outcome is identical (checked):
   refill  ``PGD.stream``: fooled samples leave and the batch refills from the batches still to
           come, so late steps run at full batch.
 
+Then the same three through ``engine.evaluate`` (the loop every audit, eps sweep and trainer
+validation runs: ``early_exit=False``; ``refill=False``, batch by batch; the default, where PGD
+streams with refill), each batch with its own seeded generator, outcomes compared per sample; the
+whole evaluation is timed (its one clean forward per batch included).
+
 The ideal bound is what the steps actually needed per sample allow: n x (k + 1) passes without
 early exit over sum_i (fooled_step_i + 1, or k + 1 for a sample never fooled). Target: the refill
 speed-up within 10% of the bound. Then channels_last (and the 1-channel stride trap: a
@@ -39,6 +44,8 @@ import torch
 
 from robfair import hardware
 from robfair.attacks import PGD
+from robfair.audit import evaluate
+from robfair.data import Dataset
 from robfair.data import load_dataset
 from robfair.models import load_checkpoint, save_checkpoint
 
@@ -64,6 +71,14 @@ def attack(model, x, y, eps, mode: str, batch: int, steps: int):
     else:
         res = [atk.run(model, *c, generator=gen, early_exit=mode == "early") for c in chunks(x, y, eps, batch)]
     return torch.cat([r.fooled for r in res]), torch.cat([r.fooled_step for r in res])
+
+
+def engine(model, ds, eps, mode: str, batch: int, steps: int):
+    """(fooled, fooled_step) through engine.evaluate, one way."""
+    out = evaluate(model, ds, [PGD(steps)], eps, batch_size=batch, device="cpu", seed=0, channels_last=False,
+                   early_exit=mode != "full", refill=mode == "refill")
+    name = out.attacks[0]
+    return torch.from_numpy(out.adv_pred[name][0] != out.y), torch.from_numpy(out.first_step[name][0])
 
 
 def alternate(fns: dict, repeats: int) -> dict:
@@ -124,6 +139,25 @@ def main(argv=None) -> int:
     for name, model in models.items():
         for eps in args.eps:
             fns = {m: (lambda m=m: attack(model, x, y, eps, m, args.batch, k)) for m in ("full", "early", "refill")}
+            t, out = alternate(fns, repeats)
+            fooled, fstep = out["full"]
+            same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
+            ok &= same
+            needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
+            bound = len(y) * (k + 1) / needed
+            sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
+            print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
+                  f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f}")
+
+    # the same through the engine (one clean forward per batch, per-batch generators)
+    ds_all = Dataset(x=x, y=y, classes=list(ds.classes), name="digits")
+    print()
+    print("through engine.evaluate (whole evaluation timed):")
+    print(f"{'model':<9} {'eps':>5} {'rob acc':>8} {'same':>5} {'full s':>7} {'early s':>8} {'refill s':>9} "
+          f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13}")
+    for name, model in models.items():
+        for eps in args.eps:
+            fns = {m: (lambda m=m: engine(model, ds_all, eps, m, args.batch, k)) for m in ("full", "early", "refill")}
             t, out = alternate(fns, repeats)
             fooled, fstep = out["full"]
             same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
