@@ -132,41 +132,34 @@ def main(argv=None) -> int:
           f"CPU clock, median of {repeats}, alternating{' [quick]' if args.quick else ''}")
     print(f"# hardware: {hardware.describe('cpu')}")
     print()
-    print(f"{'model':<9} {'eps':>5} {'rob acc':>8} {'same':>5} {'full s':>7} {'early s':>8} {'refill s':>9} "
-          f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13}")
-    ok = True
     k = args.steps
-    for name, model in models.items():
-        for eps in args.eps:
-            fns = {m: (lambda m=m: attack(model, x, y, eps, m, args.batch, k)) for m in ("full", "early", "refill")}
-            t, out = alternate(fns, repeats)
-            fooled, fstep = out["full"]
-            same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
-            ok &= same
-            needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
-            bound = len(y) * (k + 1) / needed
-            sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
-            print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
-                  f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f}")
 
+    def table(run) -> bool:
+        """One row per (model, eps): the three ways timed by ``run(model, eps, mode)``; True when
+        every outcome matched."""
+        print(f"{'model':<9} {'eps':>5} {'rob acc':>8} {'same':>5} {'full s':>7} {'early s':>8} {'refill s':>9} "
+              f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13}")
+        good = True
+        for name, model in models.items():
+            for eps in args.eps:
+                fns = {m: (lambda m=m: run(model, eps, m)) for m in ("full", "early", "refill")}
+                t, out = alternate(fns, repeats)
+                fooled, fstep = out["full"]
+                same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
+                good &= same
+                needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
+                bound = len(y) * (k + 1) / needed
+                sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
+                print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
+                      f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f}")
+        return good
+
+    ok = table(lambda model, eps, m: attack(model, x, y, eps, m, args.batch, k))
     # the same through the engine (one clean forward per batch, per-batch generators)
     ds_all = Dataset(x=x, y=y, classes=list(ds.classes), name="digits")
     print()
     print("through engine.evaluate (whole evaluation timed):")
-    print(f"{'model':<9} {'eps':>5} {'rob acc':>8} {'same':>5} {'full s':>7} {'early s':>8} {'refill s':>9} "
-          f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13}")
-    for name, model in models.items():
-        for eps in args.eps:
-            fns = {m: (lambda m=m: engine(model, ds_all, eps, m, args.batch, k)) for m in ("full", "early", "refill")}
-            t, out = alternate(fns, repeats)
-            fooled, fstep = out["full"]
-            same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
-            ok &= same
-            needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
-            bound = len(y) * (k + 1) / needed
-            sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
-            print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
-                  f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f}")
+    ok &= table(lambda model, eps, m: engine(model, ds_all, eps, m, args.batch, k))
 
     # channels_last: exact strides vs contiguous, and the 1-channel stride trap
     model = models["pgd-at"]
