@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import beta, binom, binomtest, norm
+from scipy.stats import binom, norm
 from torch import nn
 
 from . import __version__
@@ -46,6 +46,7 @@ from .errors import AttackError, ConfigError, DataError, ModelError, RobfairErro
 from .inert import csv_cell
 from .metrics import GroupReport, wilson
 from .models import check_model_data, load_any
+from .metrics.stats import check_alpha, cp_lower, cp_upper, mcnemar_exact  # noqa: F401 (cp_upper: part of this API)
 from .utils import atomic_path, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -63,27 +64,6 @@ Progress = Callable[[str, int, int], None]
 
 
 # ============================================================================== statistics
-def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
-    """One-sided Clopper-Pearson lower confidence bound at level 1 - alpha on a binomial proportion
-    from k successes in n trials: the alpha quantile of Beta(k, n - k + 1), and 0 for k = 0."""
-    _check_alpha(alpha)
-    k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
-    if np.any(k_a < 0) or np.any(k_a > n_a) or np.any(n_a < 1):
-        raise DataError("cp_lower needs 0 <= k <= n and n >= 1; pass success counts and trial counts")
-    with np.errstate(invalid="ignore"):
-        out = np.where(k_a > 0, beta.ppf(alpha, np.maximum(k_a, 1), n_a - k_a + 1), 0.0)
-    return float(out) if out.ndim == 0 else out
-
-
-def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
-    """One-sided Clopper-Pearson upper bound: the 1 - alpha quantile of Beta(k + 1, n - k), 1 for k = n."""
-    _check_alpha(alpha)
-    k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore"):
-        out = np.where(k_a < n_a, beta.ppf(1 - alpha, k_a + 1, np.maximum(n_a - k_a, 1)), 1.0)
-    return float(out) if out.ndim == 0 else out
-
-
 def radius_from_p(p_lower: Any, sigma: float) -> np.ndarray | float:
     """sigma * Phi^-1(p) where p > 1/2, else 0 (abstain)."""
     p = np.asarray(p_lower, dtype=float)
@@ -95,11 +75,6 @@ def radius_from_p(p_lower: Any, sigma: float) -> np.ndarray | float:
 def max_radius(n: int, alpha: float, sigma: float) -> float:
     """The largest radius CERTIFY can return with n draws: every draw is c_A, so p_A = alpha^(1/n)."""
     return float(radius_from_p(cp_lower(n, n, alpha), sigma))
-
-
-def _check_alpha(alpha: float) -> None:
-    if not (isinstance(alpha, (int, float, np.floating)) and 0 < float(alpha) < 1):
-        raise ConfigError(f"alpha must be in (0, 1), got {alpha!r}; pass e.g. 0.001")
 
 
 # ============================================================================== noise sampling
@@ -173,7 +148,7 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     """PREDICT: the smoothed prediction of each input in ``x`` (N, C, H, W), or ``ABSTAIN`` (-1) where a
     two-sided binomial test of the top two counts does not reject equality at level ``alpha``; with
     probability >= 1 - alpha a returned class is g(x). ``keys`` seed each input's noise (default 0..N-1)."""
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if n < 1 or batch_size < 1:
         raise ConfigError(f"predict needs n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
     dev = resolve_device(device)
@@ -190,7 +165,7 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     res = np.full(x.shape[0], ABSTAIN, dtype=np.int64)
     for i in range(x.shape[0]):
         c1, c2 = int(c[i, top[i, 0]]), int(c[i, top[i, 1]])
-        if c1 + c2 > 0 and binomtest(c1, c1 + c2, 0.5).pvalue <= alpha:
+        if c1 + c2 > 0 and mcnemar_exact(c1, c2) <= alpha:  # the two-sided exact binomial test at 1/2
             res[i] = top[i, 0]
     return res
 
@@ -580,7 +555,7 @@ def certify(
     for what, v in (("n0", n0), ("n", n), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"{what} must be a positive integer, got {v!r}")
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     radii_t = tuple(float(r) for r in radii) if radii else default_radii(sigma)

@@ -1,10 +1,16 @@
 """The one family of user-facing errors.
 
 A ``RobfairError`` message is a single line that names the problem *and* the fix. The CLI prints
-it and exits with status 2; library callers can catch it like any exception.
+it and exits with status 2; library callers can catch it like any exception. :func:`one_line`
+turns a pydantic validation error into such a line (no pydantic import here).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 
 class RobfairError(Exception):
@@ -31,3 +37,52 @@ class AttackError(RobfairError):
 
 class ConfigError(RobfairError):
     """A configuration value or key that is not valid."""
+
+
+def one_line(e: "ValidationError", model: "type[BaseModel]", *, unknown: str = "unknown config key '{key}'",
+             invalid: str = "config key '{key}'", valid: str = "valid keys",
+             fix: str = "fix '{key}' in the config", root: str = "config") -> str:
+    """The one converter from a pydantic ``ValidationError`` of ``model`` to a one-line message
+    naming the problem and the fix (its first error), for every config layer (training configs,
+    method options, study files and run files).
+
+    An unknown key gives ``"<unknown>; did you mean '<close>'? <valid>: a, b, c"`` (the keys of
+    the nested model it belongs to); a bad value ``"<invalid> = <input> is invalid: <message>;
+    <fix>"`` (no fix appended when pydantic's message already names one after a ';').
+    ``unknown``, ``invalid`` and ``fix`` are formatted with ``key`` (the dotted location). A union's
+    branch tag pydantic appends ('val_per_class.int') is dropped from the key; an error of the
+    whole model (no location) is reported under ``root``."""
+    import difflib
+    import types
+    import typing
+
+    err = e.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    extra = err["type"] == "extra_forbidden"
+    sub: Any = model
+    keep: list[str] = []
+    for i, part in enumerate(loc):
+        fields = getattr(sub, "model_fields", None)
+        if fields is None or part not in fields:  # an item, a dict key or the unknown key itself
+            keep += loc[i:]
+            break
+        keep.append(part)
+        ann = getattr(fields[part], "annotation", None)
+        if not extra and typing.get_origin(ann) in (typing.Union, types.UnionType):
+            break  # what follows is the name of the union branch pydantic tried
+        sub = ann if isinstance(ann, type) and hasattr(ann, "model_fields") else None
+    key = ".".join(keep) or root
+    if extra:
+        owner: Any = model
+        for part in loc[:-1]:
+            field = getattr(owner, "model_fields", {}).get(part)
+            ann = getattr(field, "annotation", None)
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                owner = ann
+        names = list(getattr(owner, "model_fields", {}))
+        close = difflib.get_close_matches(loc[-1] if loc else "", names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"{unknown.format(key=key)}; {hint}{valid}: {', '.join(names) or 'none'}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    tail = "" if ";" in msg else f"; {fix.format(key=key)}"
+    return f"{invalid.format(key=key)} = {err.get('input')!r} is invalid: {msg}{tail}"

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from robfair.audit import audit
-from robfair.audit.probe import compare_probe, paired_greater, stratified_sample
+from robfair.audit.probe import compare_probe, stratified_sample
 from robfair.data import Dataset
 
 pytest.importorskip("pyautoattack")
@@ -76,5 +76,7 @@ def test_stratified_sample_and_the_exact_paired_test():
     assert np.array_equal(pos, stratified_sample(groups, 20, seed=0))
     from scipy.stats import binomtest
 
-    assert paired_greater(9, 1) == pytest.approx(binomtest(9, 10, 0.5, alternative="greater").pvalue)
-    assert paired_greater(0, 0) == 1.0
+    from robfair.metrics.stats import mcnemar_exact  # the probe's test
+
+    assert mcnemar_exact(9, 1, "greater") == pytest.approx(binomtest(9, 10, 0.5, alternative="greater").pvalue)
+    assert mcnemar_exact(0, 0, "greater") == 1.0

@@ -7,13 +7,13 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import norm
 
 from robfair.audit import AuditReport
 from robfair.cli import main
 from robfair.errors import RobfairError
-from robfair.experiments.compare import compare, holm, newcombe_interval, two_proportion_test
+from robfair.experiments.compare import compare
 from robfair.metrics import GroupReport
+from robfair.metrics.stats import holm, two_proportion_test
 from robfair.utils import write_json
 
 
@@ -29,26 +29,6 @@ def report(cells, classes=None):
         ys.append(y), cs.append(clean), advs.append(adv)
     return GroupReport.from_outcomes(y=np.concatenate(ys), clean_pred=np.concatenate(cs), adv_pred=np.concatenate(advs),
                                      class_names=classes or [f"c{i}" for i in range(k)], attack="pgd20", eps=0.1)
-
-
-def test_newcombe_interval_matches_published_example():
-    # Newcombe (1998), Stat. Med. 17:873, method 10: 56/70 - 48/80 = 0.2000, 95% CI 0.0524 to 0.3339
-    lo, hi = newcombe_interval(48, 80, 56, 70)
-    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
-
-
-def test_two_proportion_test_closed_form():
-    z, p = two_proportion_test(50, 100, 90, 100)
-    pooled = 140 / 200
-    z_hand = 0.4 / math.sqrt(pooled * (1 - pooled) * (2 / 100))
-    assert z == pytest.approx(z_hand) and p == pytest.approx(2 * norm.sf(z_hand))
-    assert two_proportion_test(5, 10, 5, 10) == (0.0, 1.0)
-    assert two_proportion_test(10, 10, 10, 10) == (0.0, 1.0)  # no variance: no evidence
-
-
-def test_holm():
-    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert holm([0.5]) == [0.5]
 
 
 def test_compare_flags_only_real_differences():

@@ -1,4 +1,5 @@
-"""robfair.metrics.stats against closed forms and scipy: Wilson, chi-square, the stratified bootstrap, DAFA's rho."""
+"""robfair.metrics.stats against closed forms, published examples and scipy: Wilson, chi-square, the
+two-proportion z-test, Newcombe's interval, the exact McNemar test, Holm, the stratified bootstrap, DAFA's rho."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from robfair.errors import ConfigError, DataError
 from robfair.metrics import GroupReport
-from robfair.metrics.stats import chi2_contingency, dafa_rho, stratified_bootstrap, wilson
+from robfair.metrics.stats import (binom_half_cdf, bootstrap_counts, chi2_contingency, dafa_rho, holm, mcnemar_exact,
+                                   newcombe_interval, stratified_bootstrap, two_proportion_test, wilson)
 
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (517, 1000), (1, 1)])
@@ -98,3 +100,62 @@ def test_overall_counts_are_exact():
     k = rep.overall_counts()
     assert k == {"n": 5, "clean_acc": 3, "rob_acc": 2, "std_err": 2, "bndy_err": 1, "rob_err": 3, "adv_acc": 2}
     assert all(rep.overall[m] == k[m] / 5 for m in ("clean_acc", "rob_acc", "bndy_err"))
+
+
+def test_newcombe_interval_matches_published_example():
+    # Newcombe (1998), Stat. Med. 17:873, method 10: 56/70 - 48/80 = 0.2000, 95% CI 0.0524 to 0.3339
+    lo, hi = newcombe_interval(48, 80, 56, 70)
+    assert (round(lo, 4), round(hi, 4)) == (0.0524, 0.3339)
+
+
+def test_two_proportion_test_closed_form():
+    from scipy.stats import norm
+
+    z, p = two_proportion_test(50, 100, 90, 100)
+    pooled = 140 / 200
+    z_hand = 0.4 / math.sqrt(pooled * (1 - pooled) * (2 / 100))
+    assert z == pytest.approx(z_hand) and p == pytest.approx(2 * norm.sf(z_hand))
+    assert two_proportion_test(5, 10, 5, 10) == (0.0, 1.0)
+    assert two_proportion_test(10, 10, 10, 10) == (0.0, 1.0)  # no variance: no evidence
+
+
+def test_holm():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+@pytest.mark.parametrize("b,c", [(0, 0), (0, 1), (1, 0), (9, 1), (3, 3), (4, 5), (0, 40), (17, 30), (120, 80),
+                                 (2500, 2400), (1, 3000)])
+def test_mcnemar_exact_equals_scipy_binomtest(b, c):
+    from scipy.stats import binomtest
+
+    n = b + c
+    two = binomtest(b, n, 0.5).pvalue if n else 1.0
+    greater = binomtest(b, n, 0.5, alternative="greater").pvalue if n else 1.0
+    assert mcnemar_exact(b, c) == pytest.approx(two, rel=1e-9, abs=1e-300)
+    assert mcnemar_exact(b, c, "greater") == pytest.approx(greater, rel=1e-9, abs=1e-300)
+    assert mcnemar_exact(b, c) == mcnemar_exact(c, b)  # two-sided: symmetric
+
+
+def test_binomial_cdf_and_bad_input():
+    from scipy.stats import binom
+
+    for n in (1, 7, 50, 1001):
+        for k in range(-1, n + 2, max(1, n // 13)):
+            assert binom_half_cdf(k, n) == pytest.approx(binom.cdf(k, n, 0.5), rel=1e-10, abs=1e-300)
+    with pytest.raises(DataError):
+        mcnemar_exact(-1, 3)
+    with pytest.raises(ConfigError):
+        mcnemar_exact(1, 3, "less")
+
+
+def test_bootstrap_counts_are_the_stratified_bootstraps_draws():
+    cats = np.array([[30, 5, 1, 4], [0, 0, 0, 0], [10, 10, 5, 5]])
+    counts, ng = bootstrap_counts(cats, 400, np.random.Generator(np.random.PCG64(3)))
+    assert ng.tolist() == [40, 30] and all(v.shape == (400, 2) for v in counts.values())
+    assert (counts["clean_acc"] + counts["std_err"] == ng).all() and (counts["rob_acc"] + counts["rob_err"] == ng).all()
+    assert (counts["clean_acc"] - counts["rob_acc"] == counts["bndy_err"]).all()
+    assert counts["rob_acc"].mean(0) == pytest.approx([30, 10], rel=0.05)  # unbiased for each group's count
+    rep = stratified_bootstrap(cats, n=400, seed=3)
+    worst = (counts["rob_acc"] / ng).min(1)
+    assert rep["metrics"]["rob_acc"]["worst"]["mean"] == pytest.approx(float(worst.mean()), abs=0)

@@ -25,6 +25,7 @@ import torch
 
 from ..attacks import get_attack
 from ..attacks.autoattack import load_backend
+from ..metrics.stats import holm, mcnemar_exact
 from .checks import WORST_CASE
 from .engine import evaluate
 
@@ -63,23 +64,6 @@ def probe_attack(attack_names: Sequence[str]) -> tuple[str | None, list[str], st
     return None, [], "no untargeted L-inf or L2 attack to compare with"
 
 
-def _holm(p: list[float]) -> list[float]:
-    m = len(p)
-    order = sorted(range(m), key=lambda i: p[i])
-    out, run = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        run = max(run, min(1.0, (m - rank) * p[i]))
-        out[i] = run
-    return out
-
-
-def paired_greater(b: int, c: int) -> float:
-    """One-sided exact McNemar p-value that ``b`` (of ``b + c`` discordant pairs) exceeds chance."""
-    from scipy.stats import binomtest  # lazy: import time (scipy.stats takes seconds; only a run probe tests)
-
-    return float(binomtest(b, b + c, 0.5, alternative="greater").pvalue) if b + c else 1.0
-
-
 def compare_probe(main: Any, probe: Any, attacks: list[str], aa_name: str, *, alpha: float = ALPHA) -> dict[str, Any]:
     """The probe's record (JSON-ready) and warnings, from the main outcomes restricted to the probe
     samples (``main``) and the AutoAttack outcomes on them (``probe``, same order)."""
@@ -96,14 +80,14 @@ def compare_probe(main: Any, probe: Any, attacks: list[str], aa_name: str, *, al
         n = int(sel.sum())
         rows[str(names[gi])] = {"n": n, "robust_acc": float(rob_main[sel].mean()), "autoattack_robust_acc":
                                 float(rob_aa[sel].mean()), "overstatement": float((b - c) / n), "only_autoattack_fools": b,
-                                "only_audit_fools": c, "p": paired_greater(b, c)}
-    for r, ph in zip(rows.values(), _holm([r["p"] for r in rows.values()])):
+                                "only_audit_fools": c, "p": mcnemar_exact(b, c, "greater")}
+    for r, ph in zip(rows.values(), holm([r["p"] for r in rows.values()])):
         r["p_holm"] = ph
     b, c = int((rob_main & ~rob_aa).sum()), int((~rob_main & rob_aa).sum())
     n = int(main.y.size)
     overall = {"n": n, "robust_acc": float(rob_main.mean()), "autoattack_robust_acc": float(rob_aa.mean()),
                "overstatement": float((b - c) / n), "only_autoattack_fools": b, "only_audit_fools": c,
-               "p": paired_greater(b, c)}
+               "p": mcnemar_exact(b, c, "greater")}
     flagged = [g for g, r in rows.items() if r["p_holm"] < alpha]
     warnings: list[str] = []
     if flagged or overall["p"] < alpha:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
-from ..metrics import wilson
+from ..metrics.stats import bootstrap_counts, holm, mcnemar_exact, newcombe_interval, two_proportion_test
 from ..report.tables import Table, pct
 from ..runfolder import audit_file, is_audit_file
 from .results import read_audit
@@ -44,50 +44,6 @@ RATES = (("clean_acc", "clean"), ("rob_acc", "robust"), ("bndy_err", "boundary e
 #: metrics where lower is better (a negative difference is an improvement)
 LOWER_IS_BETTER = {"bndy_err"}
 _SHORT = {"clean_acc": "clean", "rob_acc": "robust", "bndy_err": "bndy err"}
-
-
-def two_proportion_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """(z, two-sided p) of the pooled two-proportion z-test of p2 - p1; (0, 1) when undefined."""
-    from scipy.stats import norm
-
-    if n1 == 0 or n2 == 0:
-        return 0.0, 1.0
-    p = (k1 + k2) / (n1 + n2)
-    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
-    if se == 0:
-        return 0.0, 1.0
-    z = (k2 / n2 - k1 / n1) / se
-    return float(z), float(2 * norm.sf(abs(z)))
-
-
-def newcombe_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.96) -> tuple[float, float]:
-    """95% interval of p2 - p1 by Newcombe's hybrid score method (his method 10), from Wilson intervals."""
-    if n1 == 0 or n2 == 0:
-        return math.nan, math.nan
-    p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = wilson(k1, n1, z)
-    l2, u2 = wilson(k2, n2, z)
-    d = p2 - p1
-    return d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm step-down adjusted p-values (family-wise error)."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant counts ``b`` and ``c`` (1 when none)."""
-    from scipy.stats import binomtest
-
-    return float(binomtest(int(b), int(b + c), 0.5).pvalue) if b + c else 1.0
 
 
 def _paired(ref: Any, run: Any) -> dict[str, tuple[Any, Any]] | None:
@@ -109,14 +65,10 @@ def _counts(rep: Any, rate: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _boot(rep: Any, n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Bootstrap replicates (B, G) of clean and robust accuracy per group (groups with samples)."""
-    cats = rep.counts.categories(axis=1)
-    ng = cats.sum(1)
-    keep = ng > 0
-    cats, ng = cats[keep], ng[keep]
-    draws = rng.multinomial(ng, cats / ng[:, None], size=(n_boot, ng.size))  # (B, G, 4): 11, 10, 01, 00
-    return {"clean_acc": (draws[..., 0] + draws[..., 1]) / ng, "rob_acc": draws[..., 0] / ng,
-            "bndy_err": draws[..., 1] / ng}
+    """Bootstrap replicates (B, G) of clean accuracy, robust accuracy and boundary error per group
+    (groups with samples; :func:`robfair.metrics.stats.bootstrap_counts`)."""
+    counts, ng = bootstrap_counts(rep.counts.categories(axis=1), n_boot, rng)
+    return {m: counts[m] / ng for m, _ in RATES}
 
 
 @dataclass

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import ConfigError, RobfairError
+from ..errors import ConfigError, RobfairError, one_line
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
 from ..utils import parse_eps
@@ -160,7 +160,7 @@ class StudyConfig(_Block):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise ConfigError(f"{source}: {_one_line(e)}") from None
+            raise ConfigError(f"{source}: {_one_line(e, cls)}") from None
 
     # ------------------------------------------------------------------ derived
     def missing_methods(self) -> list[str]:
@@ -220,7 +220,7 @@ class RunSpec(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise ConfigError(f"{p}: {_one_line(e)}; delete the folder and re-run the sweep") from None
+            raise ConfigError(f"{p}: {_one_line(e, cls, fix='delete the folder and re-run the sweep')}") from None
 
     def train_config(self, run_dir: str | Path | None = None, **overrides: Any) -> Any:
         """The run's :class:`~robfair.training.TrainConfig` (``out`` = ``run_dir`` when given)."""
@@ -277,23 +277,10 @@ def load_study(path: str | Path, **overrides: Any) -> StudyConfig:
     return StudyConfig.from_dict(data, source=f"study {p.name}")
 
 
-def _one_line(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = [str(x) for x in err["loc"]]
-    key = ".".join(loc) or "study"
-    if err["type"] == "extra_forbidden":
-        model: type[BaseModel] = StudyConfig
-        for part in loc[:-1]:
-            field = model.model_fields.get(part)
-            ann = getattr(field, "annotation", None)
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                model = ann
-        valid = list(model.model_fields)
-        close = difflib.get_close_matches(loc[-1], valid, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return f"unknown key '{key}'; {hint}valid keys here: {', '.join(valid)}"
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"key '{key}' = {err.get('input')!r} is invalid: {msg}; fix it in the study file"
+def _one_line(e: ValidationError, model: type[BaseModel], fix: str = "fix it in the study file") -> str:
+    """A study-file validation error as one line (:func:`robfair.errors.one_line`)."""
+    return one_line(e, model, unknown="unknown key '{key}'", invalid="key '{key}'", valid="valid keys here", fix=fix,
+                    root="study")
 
 
 # ============================================================================== references
@@ -564,7 +551,7 @@ def _finish_audit(audit: dict[str, Any], cfg: Any, name: str) -> dict[str, Any]:
     try:
         a = AuditSettings(**audit)
     except ValidationError as e:
-        raise ConfigError(f"run {name}: audit {_one_line(e)}") from None
+        raise ConfigError(f"run {name}: audit {_one_line(e, AuditSettings)}") from None
     from ..attacks import get_attack
 
     try:

@@ -36,8 +36,6 @@ from .views import ReportViews
 __all__ = ["GroupReport", "wilson", "seed_summary", "SCHEMA", "RATES"]
 
 SCHEMA = "robfair.group-report/1"
-#: the old name of :func:`robfair.utils.to_jsonable` (strict), kept for ``audit/report.py``'s import
-_clean_json = to_jsonable
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -1,16 +1,34 @@
-"""Statistics of robfair in one place, all computed from exact integer counts: no torch, no scipy import.
+"""Statistics of robfair in one place, all computed from exact integer counts: no torch, and scipy only
+inside the Clopper-Pearson bounds (beta quantiles; importing ``scipy.stats`` costs seconds of start-up).
+
+Intervals and tests of one rate or one table:
 
 - :func:`wilson`: Wilson score interval of k successes out of n (vectorized);
+- :func:`cp_lower`, :func:`cp_upper`: one-sided Clopper-Pearson bounds (randomized smoothing's
+  certified radius, ``robfair.certify``);
 - :func:`chi2_sf`, :func:`chi2_contingency`: the chi-square test of independence, equal to
   ``scipy.stats.chi2_contingency`` (Yates' correction at one degree of freedom);
-- :func:`stratified_bootstrap`: the exact stratified bootstrap of the worst group, the gap and the
-  average of every rate, from each group's outcome-category counts (multinomial draws);
+
+Two runs or two attacks on the same classes:
+
+- :func:`two_proportion_test`: the pooled two-proportion z-test (independent samples);
+- :func:`newcombe_interval`: Newcombe's hybrid score interval of a difference of two proportions;
+- :func:`mcnemar_exact`: the exact McNemar test (binomial at 1/2 on the discordant pairs),
+  two-sided or one-sided, for paired per-sample outcomes (and the two-sided binomial test at 1/2
+  of certify's PREDICT);
+- :func:`holm`: Holm's step-down adjustment of a family of p-values;
+
+Resampling:
+
+- :func:`bootstrap_counts`: multinomial replicates of every rate's per-group counts from each
+  group's outcome-category counts (the exact stratified bootstrap);
+- :func:`stratified_bootstrap`: its summary for the worst group, the gap and the average;
 - :func:`dafa_rho`: DAFA's rho, relative worst plus relative average improvement over a baseline.
 
 Users: :class:`~robfair.metrics.report.GroupReport` (by-group intervals, ``bootstrap``, ``chi2``,
 ``rho``), ``report.tables`` (leaderboard rho, intervals of averages), ``report.html``, ``certify``,
-``experiments.compare`` (Wilson; its z-test, Newcombe interval, Holm correction and two-run bootstrap
-still live in ``compare.py``).
+``experiments.compare`` (every test and interval of a comparison) and ``audit.probe`` (the
+reliability probe's one-sided McNemar test and Holm correction).
 """
 
 from __future__ import annotations
@@ -22,7 +40,8 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["wilson", "chi2_sf", "chi2_contingency", "stratified_bootstrap", "dafa_rho", "RATES"]
+__all__ = ["wilson", "cp_lower", "cp_upper", "chi2_sf", "chi2_contingency", "two_proportion_test", "newcombe_interval", "mcnemar_exact",
+           "binom_half_cdf", "holm", "bootstrap_counts", "stratified_bootstrap", "dafa_rho", "RATES"]
 
 #: the five rates of spec section 1, in display order (those the bootstrap covers)
 RATES = ("clean_acc", "rob_acc", "std_err", "bndy_err", "rob_err")
@@ -105,6 +124,114 @@ def wilson(k: Any, n: Any, z: float = 1.96) -> tuple[Any, Any]:
     return lo, hi
 
 
+def two_proportion_test(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """(z, two-sided p) of the pooled two-proportion z-test of p2 - p1 (independent samples);
+    (0, 1) when undefined (an empty sample, or both proportions 0 or both 1)."""
+    if n1 == 0 or n2 == 0:
+        return 0.0, 1.0
+    p = (k1 + k2) / (n1 + n2)
+    se = math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 0.0, 1.0
+    z = (k2 / n2 - k1 / n1) / se
+    return float(z), float(math.erfc(abs(z) / math.sqrt(2)))  # 2 * P[N(0,1) > |z|]
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int, z: float = 1.96) -> tuple[float, float]:
+    """Interval of p2 - p1 by Newcombe's hybrid score method (his method 10, from the two Wilson
+    intervals; ``z = 1.96`` is 95%); (nan, nan) when a sample is empty."""
+    if n1 == 0 or n2 == 0:
+        return math.nan, math.nan
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1, z)
+    l2, u2 = wilson(k2, n2, z)
+    d = p2 - p1
+    return d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+
+
+def binom_half_cdf(k: int, n: int) -> float:
+    """P[X <= k] for X ~ Binomial(n, 1/2), summed term by term from C(n, k) / 2^n downwards (no
+    overflow, relative error ~1e-15 below the median)."""
+    k, n = int(k), int(n)
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if 2 * k >= n:  # above the median: the complement, whose terms fall off
+        return 1.0 - binom_half_cdf(n - k - 1, n)
+    log_top = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0)
+    total, term = 1.0, 1.0
+    for i in range(k, 0, -1):  # C(n, i - 1) / C(n, i) = i / (n - i + 1)
+        term *= i / (n - i + 1)
+        total += term
+        if term < total * 1e-17:
+            break
+    return min(1.0, math.exp(log_top) * total)
+
+
+def mcnemar_exact(b: int, c: int, alternative: str = "two-sided") -> float:
+    """Exact McNemar p-value from the discordant counts of paired outcomes: ``b`` pairs where only
+    the first event happened, ``c`` where only the second did; under the null each discordant pair
+    goes either way with probability 1/2. ``alternative``: ``"two-sided"`` (equal to
+    ``scipy.stats.binomtest(b, b + c, 0.5).pvalue``) or ``"greater"`` (``b`` exceeds chance). 1
+    when there is no discordant pair."""
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise DataError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    if alternative == "greater":
+        return binom_half_cdf(c, n)  # P[X >= b] = P[n - X <= c]
+    if alternative != "two-sided":
+        raise ConfigError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
+    return 1.0 if b == c else min(1.0, 2.0 * binom_half_cdf(min(b, c), n))
+
+
+def holm(pvalues: Any) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error), in the order given."""
+    p = [float(x) for x in pvalues]
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def check_alpha(alpha: float) -> None:
+    """A one-line ConfigError unless 0 < alpha < 1."""
+    if not (isinstance(alpha, (int, float, np.floating)) and 0 < float(alpha) < 1):
+        raise ConfigError(f"alpha must be in (0, 1), got {alpha!r}; pass e.g. 0.001")
+
+
+def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
+    """One-sided Clopper-Pearson lower confidence bound at level 1 - alpha on a binomial proportion
+    from k successes in n trials: the alpha quantile of Beta(k, n - k + 1), and 0 for k = 0."""
+    from scipy.stats import beta  # only here: the beta quantiles
+
+    check_alpha(alpha)
+    k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    if np.any(k_a < 0) or np.any(k_a > n_a) or np.any(n_a < 1):
+        raise DataError("cp_lower needs 0 <= k <= n and n >= 1; pass success counts and trial counts")
+    with np.errstate(invalid="ignore"):
+        out = np.where(k_a > 0, beta.ppf(alpha, np.maximum(k_a, 1), n_a - k_a + 1), 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
+    """One-sided Clopper-Pearson upper bound: the 1 - alpha quantile of Beta(k + 1, n - k), 1 for k = n."""
+    from scipy.stats import beta  # only here: the beta quantiles
+
+    check_alpha(alpha)
+    k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        out = np.where(k_a < n_a, beta.ppf(1 - alpha, k_a + 1, np.maximum(n_a - k_a, 1)), 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
 def _safe_ratio(a: float, b: float) -> float:
     return float(a / b) if b != 0 and np.isfinite(a) and np.isfinite(b) else math.nan
 
@@ -115,14 +242,44 @@ def dafa_rho(worst: float, worst_base: float, avg: float, avg_base: float) -> fl
     return _safe_ratio(worst - worst_base, worst_base) + _safe_ratio(avg - avg_base, avg_base)
 
 
+def _categories(cats: Any, who: str) -> np.ndarray:
+    cats = np.asarray(cats)
+    if cats.ndim != 2 or cats.shape[1] != 4 or (cats < 0).any():
+        raise DataError(f"{who} needs a (groups, 4) array of non-negative category counts; "
+                        "pass Counts.categories(axis=1)")
+    return cats
+
+
+def bootstrap_counts(cats: Any, n_boot: int, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``(counts, n)``: ``n_boot`` stratified bootstrap replicates of every rate's per-group event
+    counts (``counts[rate]`` of shape (B, G') for each rate of :data:`RATES`) and the group sizes
+    ``n`` (G',), from ``cats``, the (G, 4) counts of each group's outcome categories (clean, adv) in
+    {11, 10, 01, 00} (``Counts.categories(axis=1)``); groups without samples are dropped. Exact from
+    the counts: resampling the n_g samples of group g is a multinomial draw over its categories
+    (drawn from ``rng`` in chunks of replicates, the same stream as one draw)."""
+    cats = _categories(cats, "bootstrap_counts")
+    ng = cats.sum(1)
+    cats, ng = cats[ng > 0], ng[ng > 0]
+    n_boot = int(n_boot)
+    if ng.size == 0:
+        return {r: np.zeros((n_boot, 0), dtype=np.int64) for r in RATES}, ng
+    p = cats / ng[:, None]
+    chunk = max(1, 2_000_000 // (4 * ng.size))
+    draws = np.concatenate(
+        [rng.multinomial(ng, p, size=(min(chunk, n_boot - s), ng.size)) for s in range(0, n_boot, chunk)]
+    )  # (B, G', 4): counts of 11, 10, 01, 00
+    n11, n10 = draws[..., 0], draws[..., 1]
+    return {"clean_acc": n11 + n10, "rob_acc": n11, "std_err": ng - n11 - n10, "bndy_err": n10,
+            "rob_err": ng - n11}, ng
+
+
 def stratified_bootstrap(cats: Any, n: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Stratified bootstrap (resample each group's samples with replacement) of the worst group,
     the gap and the average, for every rate in :data:`RATES`.
 
     ``cats`` is a (G, 4) array of counts of each group's outcome categories (clean, adv) in
     {11, 10, 01, 00} (``Counts.categories(axis=1)``); groups without samples are dropped. Exact from
-    the counts: resampling the n_g samples of group g is a multinomial draw over its categories. For
-    each statistic: ``plug_in`` (the observed value), ``mean`` of the replicates, ``bias`` = mean -
+    the counts (:func:`bootstrap_counts`). For each statistic: ``plug_in`` (the observed value), ``mean`` of the replicates, ``bias`` = mean -
     plug_in, ``corrected`` = plug_in - bias (the plug-in worst group is biased: the extreme of noisy
     estimates), and the percentile interval ``lo``/``hi``. ``worst_group_stability`` is the share of
     replicates whose worst group is the observed one."""
@@ -131,25 +288,12 @@ def stratified_bootstrap(cats: Any, n: int = 1000, seed: int = 0, level: float =
         raise ConfigError(f"bootstrap n must be >= 1, got {n}; pass e.g. n=1000")
     if not 0 < level < 1:
         raise ConfigError(f"level must be in (0, 1), got {level}; pass e.g. 0.95")
-    cats = np.asarray(cats)
-    if cats.ndim != 2 or cats.shape[1] != 4 or (cats < 0).any():
-        raise DataError("stratified_bootstrap needs a (groups, 4) array of non-negative category counts; "
-                        "pass Counts.categories(axis=1)")
-    ng = cats.sum(1)
-    keep = ng > 0
-    cats, ng = cats[keep], ng[keep]
     result: dict[str, Any] = {"n": n_boot, "seed": int(seed), "level": float(level), "metrics": {}}
-    if ng.size == 0:
+    cats = _categories(cats, "stratified_bootstrap")
+    cats = cats[cats.sum(1) > 0]
+    if cats.shape[0] == 0:
         return result
-    p = cats / ng[:, None]
-    rng = np.random.Generator(np.random.PCG64(seed))
-    chunk = max(1, 2_000_000 // (4 * ng.size))
-    draws = np.concatenate(
-        [rng.multinomial(ng, p, size=(min(chunk, n_boot - s), ng.size)) for s in range(0, n_boot, chunk)]
-    )  # (B, G', 4): counts of 11, 10, 01, 00
-    n11, n10 = draws[..., 0], draws[..., 1]
-    boot_counts = {"clean_acc": n11 + n10, "rob_acc": n11, "std_err": ng - n11 - n10,
-                   "bndy_err": n10, "rob_err": ng - n11}
+    boot_counts, ng = bootstrap_counts(cats, n_boot, np.random.Generator(np.random.PCG64(seed)))
     obs_counts = {"clean_acc": cats[:, 0] + cats[:, 1], "rob_acc": cats[:, 0],
                   "std_err": cats[:, 2] + cats[:, 3], "bndy_err": cats[:, 1], "rob_err": cats[:, 1] + cats[:, 2] + cats[:, 3]}
     alpha = (1 - level) / 2

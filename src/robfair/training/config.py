@@ -10,7 +10,6 @@ Unknown keys and bad values raise a one-line :class:`~robfair.errors.ConfigError
 
 from __future__ import annotations
 
-import difflib
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import AttackError, ConfigError, RobfairError
+from ..errors import AttackError, ConfigError, RobfairError, one_line
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
 from ..utils import parse_eps
@@ -100,7 +99,7 @@ class TrainConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as e:
-            raise ConfigError(_one_line(e, type(self))) from None
+            raise ConfigError(one_line(e, type(self))) from None
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "TrainConfig":  # type: ignore[override]
@@ -108,7 +107,7 @@ class TrainConfig(BaseModel):
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as e:
-            raise ConfigError(_one_line(e, cls)) from None
+            raise ConfigError(one_line(e, cls)) from None
 
     @field_validator("eps", mode="before")
     @classmethod
@@ -188,21 +187,6 @@ class TrainConfig(BaseModel):
         """Keys whose values differ from ``other`` (except ``ignore``)."""
         a, b = self.to_dict(), other.to_dict()
         return [k for k in a if k not in ignore and a[k] != b.get(k)]
-
-
-def _one_line(e: ValidationError, model: type[BaseModel]) -> str:
-    err = e.errors()[0]
-    loc = [str(p) for p in err["loc"]]
-    if loc and loc[0] in model.model_fields and len(loc) > 1 and not loc[1].isdigit():
-        loc = loc[:1]  # 'val_per_class', not the union branch 'val_per_class.int'
-    key = ".".join(loc) or "config"
-    if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(key, list(model.model_fields), n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return f"unknown config key '{key}'; {hint}valid keys: {', '.join(model.model_fields)}"
-    msg = err["msg"].removeprefix("Value error, ")
-    fix = "" if ";" in msg else f"; fix '{key}' in the config"
-    return f"config key '{key}' = {err.get('input')!r} is invalid: {msg}{fix}"
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ...errors import ConfigError
+from ...errors import ConfigError, one_line
 from ...registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,13 +147,9 @@ class Method:
         try:
             return cls.Options(**(options or {}))
         except ValidationError as e:
-            err = e.errors()[0]
-            key = ".".join(str(p) for p in err["loc"]) or "?"
-            valid = ", ".join(cls.Options.model_fields) or "none"
-            if err["type"] == "extra_forbidden":
-                raise ConfigError(f"method '{cls.name}' has no option '{key}'; valid options: {valid}") from None
-            raise ConfigError(f"method '{cls.name}' option '{key}' = {err.get('input')!r} is invalid: "
-                              f"{err['msg']}; fix it in method_options") from None
+            raise ConfigError(one_line(e, cls.Options, unknown=f"method '{cls.name}' has no option '{{key}}'",
+                                       invalid=f"method '{cls.name}' option '{{key}}'", valid="valid options",
+                                       fix="fix it in method_options", root="method_options")) from None
 
     # ------------------------------------------------------------------ the batch loss
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
