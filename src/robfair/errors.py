@@ -7,6 +7,9 @@ turns a pydantic validation error into such a line (no pydantic import here).
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,10 +55,6 @@ def one_line(e: "ValidationError", model: "type[BaseModel]", *, unknown: str = "
     ``unknown``, ``invalid`` and ``fix`` are formatted with ``key`` (the dotted location). A union's
     branch tag pydantic appends ('val_per_class.int') is dropped from the key; an error of the
     whole model (no location) is reported under ``root``."""
-    import difflib
-    import types
-    import typing
-
     err = e.errors()[0]
     loc = [str(p) for p in err["loc"]]
     extra = err["type"] == "extra_forbidden"

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import RobfairError
+from ..utils import to_jsonable
 from ..runfolder import EXAMPLES_FILE, examples_path  # noqa: F401 - the audit's side files are the run folder's
 from .engine import Outcomes, evaluate, npz_header, read_npz, write_npz
 
@@ -94,8 +95,6 @@ class Examples:
     # -- file -----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write ``path`` (``.npz``, compressed, atomically)."""
-        from ..utils import to_jsonable
-
         header = {"schema": EXAMPLES_SCHEMA, "attack": self.attack, "weakest": int(self.weakest),
                   "class_names": list(self.class_names), "group_names": list(self.group_names),
                   "has_groups": bool(self.has_groups), "eps": self.eps, "meta": to_jsonable(self.meta)}

@@ -210,7 +210,7 @@ def check_alpha(alpha: float) -> None:
 def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
     """One-sided Clopper-Pearson lower confidence bound at level 1 - alpha on a binomial proportion
     from k successes in n trials: the alpha quantile of Beta(k, n - k + 1), and 0 for k = 0."""
-    from scipy.stats import beta  # only here: the beta quantiles
+    from scipy.stats import beta  # lazy: start-up time (scipy.stats takes seconds; only certify needs it)
 
     check_alpha(alpha)
     k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
@@ -223,7 +223,7 @@ def cp_lower(k: Any, n: Any, alpha: float) -> np.ndarray | float:
 
 def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
     """One-sided Clopper-Pearson upper bound: the 1 - alpha quantile of Beta(k + 1, n - k), 1 for k = n."""
-    from scipy.stats import beta  # only here: the beta quantiles
+    from scipy.stats import beta  # lazy: start-up time (scipy.stats takes seconds; only certify needs it)
 
     check_alpha(alpha)
     k_a, n_a = np.asarray(k, dtype=float), np.asarray(n, dtype=float)

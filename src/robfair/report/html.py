@@ -282,7 +282,7 @@ STRIP_MIN_PX = 64
 def _image_png(img: np.ndarray) -> str:
     """A (C, H, W) uint8 image (C = 1 or 3) as a base64 PNG, enlarged by an integer factor to at
     least :data:`STRIP_MIN_PX` pixels a side so small images stay sharp."""
-    import matplotlib.image
+    import matplotlib.image  # lazy: start-up time (matplotlib only when a report is drawn)
 
     a = np.asarray(img, dtype=np.uint8)
     a = a[0] if a.shape[0] == 1 else np.transpose(a[:3], (1, 2, 0))
