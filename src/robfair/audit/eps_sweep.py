@@ -45,7 +45,7 @@ from ..errors import AttackError, DataError
 from ..metrics import GroupReport
 from ..utils import parse_eps
 from .checks import WORST_CASE
-from .engine import evaluate
+from .distributed import evaluate_sharded
 from .report import AuditReport
 
 log = logging.getLogger(__name__)
@@ -191,6 +191,7 @@ def eps_sweep(
     channels_last: bool | None = None,
     early_exit: bool = True,
     progress: Progress | None = None,
+    dist: Any = None,
 ) -> EpsSweep:
     """Audit ``model`` on ``dataset`` under ``attack`` (one, or a list: then the headline is the
     worst case over them) at every radius of ``eps_values`` (increasing; a ``"START:STOP:N"``
@@ -198,7 +199,9 @@ def eps_sweep(
 
     Returns an :class:`EpsSweep`: per radius a GroupReport (per group, class and cell, Wilson
     intervals). See the module docstring for what is shared and why skipping samples already fooled
-    at a smaller radius is sound (``monotone=True``)."""
+    at a smaller radius is sound (``monotone=True``). ``dist``: a joined process group's
+    :class:`~robfair.training.distributed.DistInfo` (torchrun): the batches are spread over the
+    ranks and every rank returns one process's sweep (:mod:`robfair.audit.distributed`)."""
     values = _check_eps_values(eps_values)
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")
@@ -208,9 +211,9 @@ def eps_sweep(
     attacks = list(attack) if isinstance(attack, (list, tuple)) else [attack]
     if not attacks:
         raise AttackError("no attack given; pass e.g. attack='pgd20'")
-    out = evaluate(model, dataset, attacks, values, batch_size=int(batch_size), device=device, seed=seed,
-                   precision=precision, channels_last=channels_last, early_exit=early_exit, monotone=monotone,
-                   progress=progress, stage=f"eps sweep ({', '.join(str(getattr(a, 'name', a)) for a in attacks)})")
+    out = evaluate_sharded(model, dataset, attacks, values, dist=dist, batch_size=int(batch_size), device=device,
+                           seed=seed, precision=precision, channels_last=channels_last, early_exit=early_exit,
+                           monotone=monotone, progress=progress, stage=f"eps sweep ({', '.join(str(getattr(a, 'name', a)) for a in attacks)})")
     names = out.attacks
     audits = [AuditReport(out.reports(j), meta={"eps": e}) for j, e in enumerate(values)]
     headline = WORST_CASE if len(names) > 1 else names[0]

@@ -27,7 +27,7 @@ from ..attacks import get_attack
 from ..attacks.autoattack import load_backend
 from ..metrics.stats import holm, mcnemar_exact
 from .checks import WORST_CASE
-from .engine import evaluate
+from .distributed import evaluate_sharded
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,15 @@ def compare_probe(main: Any, probe: Any, attacks: list[str], aa_name: str, *, al
 def reliability_probe(model: Any, dataset: Any, outcomes: Any, attacks: list[str], eps: Any, *,
                       per_group: int = DEFAULT_PER_GROUP, seed: int = 0, batch_size: int = 256,
                       device: Any = "auto", precision: str = "fp32", channels_last: bool | None = None,
-                      alpha: float = ALPHA) -> dict[str, Any]:
+                      alpha: float = ALPHA, dist: Any = None) -> dict[str, Any]:
     """Run the probe for an audit whose per-sample outcomes are ``outcomes`` (see the module doc).
-    Returns the record stored under ``"probe"`` in audit.json (``{"skipped": reason}`` when none ran)."""
+    Returns the record stored under ``"probe"`` in audit.json (``{"skipped": reason}`` when none ran).
+
+    AutoAttack's result depends on the batch it attacks, so the probe samples (sorted by dataset
+    index) are attacked in fixed chunks of ``batch_size``, each seeded from its first sample's index;
+    under torchrun (``dist``) the chunks are spread over the ranks and the outcomes gathered
+    (:func:`robfair.audit.distributed.evaluate_sharded`), so any number of ranks gives one
+    process's record."""
     aa_name, compared, why = probe_attack(attacks)
     if aa_name is None:
         return {"skipped": why}
@@ -126,9 +132,9 @@ def reliability_probe(model: Any, dataset: Any, outcomes: Any, attacks: list[str
     # the probe evaluates dataset items ``main.index``; a per-sample eps is passed for those items only
     sub = dataset.subset(torch.as_tensor(main.index)) if isinstance(eps, torch.Tensor) else dataset
     # default memory format: pyautoattack's input check calls .view(), which fails on channels_last batches
-    probe = evaluate(model, sub, [aa_name], eps_p, batch_size=batch_size, device=device, seed=seed,
-                     precision=precision, channels_last=False,
-                     indices=None if isinstance(eps, torch.Tensor) else main.index, stage="reliability probe")
+    probe = evaluate_sharded(model, sub, [aa_name], eps_p, dist=dist, batch_size=batch_size, device=device, seed=seed,
+                             precision=precision, channels_last=False,
+                             indices=None if isinstance(eps, torch.Tensor) else main.index, stage="reliability probe")
     rec = compare_probe(main, probe, compared, aa_name, alpha=alpha)
     rec["per_group_max"] = int(per_group)
     rec["seconds"] = round(time.perf_counter() - t0, 3)

@@ -36,7 +36,7 @@ from ..safeio import read_json
 from ..utils import parse_eps, to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
-from .engine import Outcomes, evaluate, outcomes_path
+from .engine import Outcomes, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
 
@@ -224,6 +224,7 @@ def audit(
     std: Sequence[float] | float | str | None = None,
     classes: Sequence[str] | None = None,
     examples: int = DEFAULT_EXAMPLES,
+    dist: Any = None,
 ) -> AuditReport:
     """Audit ``model`` on ``dataset`` under each attack, per group (the classes unless the dataset has groups).
 
@@ -252,6 +253,9 @@ def audit(
         report (``report.examples``, saved as examples.npz; :mod:`robfair.audit.examples`): the one or
         two batches holding them are attacked again with the audit's seed (the strongest attack only)
         and must reproduce the recorded predictions; 0: none.
+    dist: a :class:`robfair.training.distributed.DistInfo` of a joined process group (torchrun): each
+        rank evaluates its whole batches (the probe included) and every rank returns the same
+        report, equal to one process's (:mod:`robfair.audit.distributed`); None: this process alone.
     """
     model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
     if batch_size < 1:
@@ -265,8 +269,10 @@ def audit(
     if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
         raise RobfairError(f"probe must be a sample count per group >= 0, got {probe!r}; 0 disables the probe")
     eps_v = _as_eps(eps, len(dataset))
-    out = evaluate(model, dataset, attacks, eps_v, batch_size=batch_size, device=device, seed=seed,
-                   precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
+    from .distributed import evaluate_sharded
+
+    out = evaluate_sharded(model, dataset, attacks, eps_v, dist=dist, batch_size=batch_size, device=device, seed=seed,
+                           precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
     names = out.attacks
     reports = out.reports()
     eps_meta: float | str = eps_v if isinstance(eps_v, float) else "per-sample"
@@ -290,6 +296,8 @@ def audit(
         "seconds": out.meta["seconds"],
         "attack_seconds": out.meta["attack_seconds"],
     }
+    if "distributed" in out.meta:
+        meta["distributed"] = out.meta["distributed"]
     report = AuditReport(reports, meta=meta, outcomes=out)
     report.warnings = list(out.warnings)
     if examples:
@@ -300,7 +308,8 @@ def audit(
             meta["seconds"] = round(meta["seconds"] + (report.examples.meta.get("seconds") or 0.0), 3)
     if probe:
         rec = reliability_probe(model, dataset, out, names, eps_v, per_group=probe, seed=seed, batch_size=batch_size,
-                                device=device, precision=precision, channels_last=out.meta["channels_last"])
+                                device=device, precision=precision, channels_last=out.meta["channels_last"],
+                                dist=dist)
         report.probe = {k: v for k, v in rec.items() if k != "warnings"}
         report.warnings += rec.get("warnings", [])
         meta["seconds"] = round(meta["seconds"] + rec.get("seconds", 0.0), 3)

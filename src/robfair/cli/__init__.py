@@ -236,6 +236,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             code = known[1]
         else:
             log = write_crash_log(e, argv)
+            err_console.quiet = False  # a bug is said on every rank of a torchrun command, quiet or not
             where = f"the traceback is in {log}" if log else "the traceback could not be written to a log file"
             first = str(e).splitlines()[0][:200] if str(e) else ""
             _say(f"{type(e).__name__}{': ' + first if first else ''}; this is a bug in robfair - {where}; "

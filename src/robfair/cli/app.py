@@ -196,8 +196,44 @@ def audit(
                                  "clean / adversarial images for `robfair report` (examples.npz; their batches are "
                                  "attacked once more; 0: none)."),
 ) -> None:
-    """Audit a model: per-class (per-group) clean and robust accuracy with intervals."""
+    """Audit a model: per-class (per-group) clean and robust accuracy with intervals.
+
+    Under torchrun (`torchrun --nproc-per-node N -m robfair audit ...`) every rank runs whole batches
+    of the data (the reliability probe and an eps sweep included) and rank 0 writes the same files
+    as one process would (see docs/audit-json.md, "Sharded audits")."""
+    args = dict(locals())  # the options, before anything else is bound here
+    from ..training.distributed import cleanup, env_info, setup
+
+    info = env_info()
+    if not info.enabled:
+        _audit(**args)
+        return
+    quiet_rank(info)
+    dist_info, dev, owns = setup(device)
+    try:
+        _audit(**args, dist=dist_info, rank_device=str(dev))
+    finally:
+        if owns:
+            cleanup(dist_info)
+
+
+def quiet_rank(info) -> None:
+    """Ranks other than 0 of a torchrun command print nothing (no tables, bars or warnings; their
+    user errors reach rank 0, which prints the one line): N copies of every line help no one."""
+    import logging
+
+    if info.is_main:
+        return
+    console.quiet = True
+    err_console.quiet = True
+    logging.getLogger("robfair").setLevel(logging.ERROR)
+
+
+def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, split, attack, eps, batch_size, device,
+           seed, early_exit, precision, channels_last, bootstrap, out, plot, overwrite, allow_large_eps, groups,
+           eps_sweep, distances, probe, examples, dist=None, rank_device=None) -> None:
     from ..audit import audit as run_audit
+    from ..audit.distributed import run_on_every_rank
     from ..data import load_dataset
     from ..audit.engine import outcomes_path
     from ..audit.examples import examples_path
@@ -206,31 +242,44 @@ def audit(
 
     from ..utils import check_image_eps, resolve_device
 
-    # everything that can be refused is refused before the first batch: outputs, device, numbers
-    out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
-    plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
-    if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
-        raise ConfigError("--out and --plot name the same file; give them different paths")
-    resolve_device(device)
-    sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
-    if sweep_values:
-        check_image_eps(max(sweep_values), attack, allow_large=allow_large_eps, what="--eps-sweep")
-    net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)
-    eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
-    check_image_eps(eps_value, attack, allow_large=allow_large_eps)
-    ds = load_dataset(data, split=split, groups=groups)
-    ds = _check_classes(meta, ds, class_map)
+    main_rank = dist is None or dist.is_main
+
+    def prepare():
+        # everything that can be refused is refused before the first batch (on every rank): outputs, device, numbers
+        out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
+        plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
+        if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
+            raise ConfigError("--out and --plot name the same file; give them different paths")
+        resolve_device(device)
+        sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
+        if sweep_values:
+            check_image_eps(max(sweep_values), attack, allow_large=allow_large_eps, what="--eps-sweep")
+        net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)
+        eps_value = parse_eps(eps) if eps is not None else _checkpoint_eps(meta)
+        check_image_eps(eps_value, attack, allow_large=allow_large_eps)
+        ds = load_dataset(data, split=split, groups=groups)
+        ds = _check_classes(meta, ds, class_map)
+        return out_path, plot_path, sweep_values, net, meta, eps_value, ds
+
+    if dist is None:
+        out_path, plot_path, sweep_values, net, meta, eps_value, ds = prepare()
+    else:  # a refusal on one rank stops every rank, with its one line
+        out_path, plot_path, sweep_values, net, meta, eps_value, ds = run_on_every_rank(prepare, dist)
+    run_device = rank_device or device
     with _progress() as p:
-        rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
+        rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=run_device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, probe=probe,
-                        progress=_Bars(p), classes=ds.classes, examples=examples if out_path is not None else 0)
+                        progress=_Bars(p) if main_rank else None, classes=ds.classes, dist=dist,
+                        examples=examples if out_path is not None and main_rank else 0)
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
     print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
-                                           batch_size=batch_size, device=device, seed=seed, precision=precision,
-                                           channels_last=channels_last, early_exit=early_exit)
+                                           batch_size=batch_size, device=run_device, seed=seed, precision=precision,
+                                           channels_last=channels_last, early_exit=early_exit, dist=dist)
+    if not main_rank:  # rank 0 writes the files; this rank's part is done
+        return
     if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
         from ..report.plots import classwise_bars
 
@@ -259,10 +308,12 @@ def _attack_label(rep) -> str:
 
 def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: float, sweep_values, distances: bool,
                                    *, batch_size: int, device: str, seed: int, precision: str = "fp32",
-                                   channels_last: bool | None = None, early_exit: bool = True) -> dict:
+                                   channels_last: bool | None = None, early_exit: bool = True, dist=None) -> dict:
     """The audit's group tables (when the groups are not the classes), the eps sweep and the
     distances; returns their JSON for audit.json. Their per-sample minimal radii join the audit's
-    outcomes (``min_eps``)."""
+    outcomes (``min_eps``). Under torchrun (``dist``) the sweep is sharded like the audit; the
+    distances (bisection draws from one generator over all batches) run on rank 0 alone, after the
+    other ranks are done."""
     from ..report.text import fit_table, group_table
 
     extras: dict = {}
@@ -277,7 +328,7 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
         with _progress() as p:
             sweep = run_sweep(net, ds, list(attacks), sweep_values, batch_size=batch_size, device=device, seed=seed,
                               precision=precision, channels_last=channels_last, early_exit=early_exit,
-                              progress=_Bars(p))
+                              progress=_Bars(p) if dist is None or dist.is_main else None, dist=dist)
         extras["eps_sweep"] = {}
         for name in sweep.attacks:
             view = sweep.view(name)
@@ -287,7 +338,7 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
             console.print(f"[yellow]warning (eps sweep):[/yellow] {w}")
         if rep.outcomes is not None:
             rep.outcomes.min_eps.update(sweep.outcomes.min_eps)
-    if distances:
+    if distances and (dist is None or dist.is_main):
         from ..audit.distances import boundary_distances
 
         eps_max = max(2 * eps_value, max(sweep_values) if sweep_values else 0.0) or 8 / 255

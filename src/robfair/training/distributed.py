@@ -50,6 +50,13 @@ def setup(device: str = "auto") -> tuple[DistInfo, torch.device, bool]:
     if not info.enabled:
         return info, dev, False
     if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if info.local_rank >= count:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"torchrun started local rank {info.local_rank} but this node has {count} GPU"
+                              f"{'s' if count != 1 else ''}; pass --nproc-per-node {count} (one process per GPU), "
+                              "or --device cpu")
         dev = torch.device("cuda", info.local_rank)
         torch.cuda.set_device(dev)
     if dist.is_initialized():

@@ -1,0 +1,196 @@
+"""A sharded evaluation: each torchrun rank runs whole batches of the data, the outcomes are joined.
+
+    torchrun --nproc-per-node 4 -m robfair audit -m best.pt --data cifar10 -a pgd20 --out runs/a
+
+:func:`evaluate_sharded` is :func:`robfair.audit.engine.evaluate` spread over the ranks of a process
+group (:mod:`robfair.training.distributed`: NCCL on CUDA, gloo on CPU). How it keeps the result
+equal to one process:
+
+- **Whole batches, no padding.** The samples (all, or ``indices`` in their order) are cut into the
+  batches one process would run (``batch_size`` each, the last one possibly shorter); rank ``r``
+  takes batches ``r, r + W, r + 2W, ...`` (:func:`shard_batches`). Every sample is evaluated
+  exactly once; a rank left without a batch contributes nothing.
+- **The same random starts.** The engine seeds each attack's generator per batch from (seed,
+  attack name, dataset index of the batch's first sample), so a batch draws the same starts on
+  whichever rank runs it (AutoAttack included: its seed is drawn from that generator).
+- **One join.** Every rank gathers every part (``all_gather_object``) and joins them with
+  :meth:`Outcomes.concat` (sorted by dataset index, overlap refused), so every rank holds the full
+  outcomes and everything built on them (reports, the probe's stratified sample, warnings) is
+  computed alike everywhere; only rank 0 writes files (the CLI's job). The sanity checks run again
+  on the joined outcomes; the attacks' own messages are kept once each, sorted per attack (so their
+  order is the same for any number of ranks, one included).
+- **Failures never hang the others.** Each rank catches its own error and hands it to the gather
+  instead of leaving the collective; every rank then raises: the failing rank its own error, the
+  others :class:`RankFailed` naming that rank and its message (exit code 2 at the CLI, which prints
+  the line on rank 0 only).
+
+Timings are per run: ``meta["seconds"]`` is this evaluation's wall time (gather included),
+``attack_seconds`` the attack time summed over ranks, and ``meta["distributed"]`` records the world
+size and each shard's seconds. Attacked-sample counts are summed, so they equal one process's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ..errors import RobfairError
+from .engine import Outcomes, evaluate
+
+if TYPE_CHECKING:
+    from ..training.distributed import DistInfo
+
+log = logging.getLogger(__name__)
+
+
+def _single() -> "DistInfo":
+    from ..training.distributed import DistInfo  # lazily: it imports the training package
+
+    return DistInfo()
+
+
+class RankFailed(RobfairError):
+    """Another rank of a sharded evaluation failed; raised on every rank that did not."""
+
+
+def shard_batches(order: np.ndarray, batch_size: int, info: DistInfo) -> np.ndarray:
+    """This rank's samples of ``order``: its whole batches (``batch_size`` consecutive items of
+    ``order``, the last batch possibly shorter), batches ``rank, rank + world_size, ...``, in order.
+    Over all ranks every item appears exactly once (no padding, nothing dropped)."""
+    order = np.asarray(order, dtype=np.int64)
+    if not info.enabled:
+        return order
+    bs = int(batch_size)
+    starts = np.arange(0, order.size, bs)[info.rank::info.world_size]
+    if not starts.size:
+        return order[:0]
+    return np.concatenate([order[s:s + bs] for s in starts])
+
+
+def _gather(obj: Any, info: DistInfo) -> list[Any]:
+    if not info.enabled:
+        return [obj]
+    import torch.distributed as dist
+
+    box: list[Any] = [None] * info.world_size
+    dist.all_gather_object(box, obj)
+    return box
+
+
+def settle(statuses: Sequence[dict[str, Any]], rank: int, own: BaseException | None = None) -> None:
+    """Raise on every rank when any rank failed: the failing rank re-raises ``own``, the others a
+    :class:`RankFailed` naming the first failed rank and its message. ``statuses``: one dict per
+    rank, ``{"ok": True}`` or ``{"ok": False, "error": type name, "message": line, "user": bool}``."""
+    failed = [(r, s) for r, s in enumerate(statuses) if not s.get("ok")]
+    if not failed:
+        return
+    if own is not None:
+        raise own
+    r, s = failed[0]
+    kind = "" if s.get("user") else f"{s.get('error', 'error')}: "
+    more = f" (and {len(failed) - 1} more rank{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+    raise RankFailed(f"rank {r} failed{more}: {kind}{s.get('message', '')}")
+
+
+def _status(exc: BaseException) -> dict[str, Any]:
+    lines = str(exc).strip().splitlines()
+    return {"ok": False, "error": type(exc).__name__, "message": lines[0][:300] if lines else "",
+            "user": isinstance(exc, (RobfairError, OSError, MemoryError))}
+
+
+def run_on_every_rank(fn, info: DistInfo):
+    """``fn()`` on this rank, then an agreement step: when any rank's ``fn`` raised, every rank
+    raises (see :func:`settle`) instead of some ranks waiting in a later collective for ever.
+    Returns ``fn``'s value on this rank."""
+    own: BaseException | None = None
+    value = None
+    try:
+        value = fn()
+    except Exception as e:  # noqa: BLE001 - handed to every rank, then re-raised here
+        own = e
+        if info.enabled:
+            log.debug("rank %d failed:\n%s", info.rank, traceback.format_exc())
+    if info.enabled:
+        settle(_gather({"ok": True} if own is None else _status(own), info), info.rank, own)
+    elif own is not None:
+        raise own
+    return value
+
+
+def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any, *, dist: DistInfo | None = None,
+                     indices: Any = None, batch_size: int = 256, progress: Any = None, **kwargs: Any) -> Outcomes:
+    """:func:`robfair.audit.engine.evaluate` over the ranks of ``dist`` (None or one rank: this
+    process alone), joined into the outcomes of all samples (``indices``: those items, in that
+    order, cut into batches). Other keywords go to ``evaluate``. See the module docstring."""
+    info = dist or _single()
+    t0 = time.perf_counter()
+    n_all = len(dataset)
+    order = np.arange(n_all, dtype=np.int64) if indices is None else np.asarray(
+        indices.cpu() if hasattr(indices, "cpu") else indices, dtype=np.int64)
+    mine = shard_batches(order, batch_size, info)
+
+    def part() -> Outcomes | None:
+        if not mine.size:
+            return None
+        idx = None if (indices is None and not info.enabled) else mine
+        return evaluate(model, dataset, attacks, eps, indices=idx, batch_size=batch_size,
+                        progress=progress if info.is_main else None, **kwargs)
+
+    own: BaseException | None = None
+    out: Outcomes | None = None
+    try:
+        out = part()
+    except Exception as e:  # noqa: BLE001 - handed to every rank, then re-raised here
+        own = e
+    if not info.enabled:
+        if own is not None:
+            raise own
+        assert out is not None
+        return _join([out], info, time.perf_counter() - t0)
+    gathered = _gather({"ok": True, "outcomes": out} if own is None else _status(own), info)
+    settle(gathered, info.rank, own)
+    parts = [g["outcomes"] for g in gathered if g.get("outcomes") is not None]
+    return _join(parts, info, time.perf_counter() - t0)
+
+
+def _attack_messages(o: Outcomes) -> list[str]:
+    """The attacks' own reliability messages in ``o.warnings`` (the rest are the sanity checks)."""
+    from .checks import outcome_warnings
+
+    checks = set(outcome_warnings(o))
+    return [w for w in o.warnings if w not in checks]
+
+
+def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
+    from .checks import outcome_warnings
+
+    out = Outcomes.concat(parts) if len(parts) > 1 else parts[0]
+    said = [m for p in parts for m in _attack_messages(p)]
+    ordered: list[str] = []
+    for name in out.attacks:  # once each, sorted per attack: the same for any number of ranks
+        tag = f"[{name}] "
+        ordered += sorted({m for m in said if m.startswith(tag)})
+    ordered += sorted({m for m in said if m not in ordered})
+    out.warnings = outcome_warnings(out) + ordered
+    metas = [p.meta for p in parts]
+    meta = dict(metas[0])
+    meta["seconds"] = round(seconds, 3)
+    meta["attack_seconds"] = {k: round(sum(m.get("attack_seconds", {}).get(k, 0.0) for m in metas), 3)
+                              for k in metas[0].get("attack_seconds", {})}
+    counts = {}
+    for k, v in metas[0].get("attacked_samples", {}).items():
+        vals = [m["attacked_samples"][k] for m in metas]
+        counts[k] = [int(sum(c)) for c in zip(*vals)] if isinstance(v, list) else int(sum(vals))
+    meta["attacked_samples"] = counts
+    if info.enabled:
+        meta["distributed"] = {"world_size": info.world_size,
+                               "shard_seconds": [m.get("seconds") for m in metas]}
+    out.meta = meta
+    return out
+
+
+__all__ = ["RankFailed", "evaluate_sharded", "run_on_every_rank", "settle", "shard_batches"]

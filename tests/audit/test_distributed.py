@@ -1,0 +1,150 @@
+"""A sharded audit (``torchrun -m robfair audit``, 2 gloo ranks on the CPU) writes the same audit.json
+and outcomes file as one process: whole batches per rank, no padding, the probe's AutoAttack chunks
+spread over the ranks, rank 0 alone writing; a refusal ends every rank with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from _shared import run_cli
+from robfair.audit.distributed import RankFailed, settle, shard_batches
+from robfair.training.distributed import DistInfo
+
+#: per-run fields: wall times, and which ranks ran (the device string names this rank's device)
+PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device"}
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _strip(d):
+    if isinstance(d, dict):
+        return {k: _strip(v) for k, v in d.items() if k not in PER_RUN}
+    if isinstance(d, list):
+        return [_strip(v) for v in d]
+    return d
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> Path:
+    """An MLP fitted on digits for a few full-batch steps (98% train accuracy): some samples robust
+    at eps 0.1, some not, so random starts and batch cuts can move the outcomes."""
+    from robfair.data import load_dataset
+    from robfair.models import create, save_checkpoint
+
+    torch.manual_seed(0)
+    ds = load_dataset("digits", split="train")
+    net = create("mlp", 10, tuple(ds.in_shape), hidden=[32])
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(60):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(ds.x), ds.y).backward()
+        opt.step()
+    path = tmp_path_factory.mktemp("dist") / "mlp.pt"
+    save_checkpoint(path, net, classes=ds.classes)
+    return path
+
+
+def _torchrun(args, ranks: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1", "ROBFAIR_LOG_DIR": str(Path(args[args.index("--out") + 1]).parent)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+           "-m", "robfair", *map(str, args)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _assert_same_audit(one: Path, two: Path, ranks: int) -> dict:
+    a, b = (json.loads((p / "audit.json").read_text()) for p in (one, two))
+    assert b["meta"]["distributed"]["world_size"] == ranks and "distributed" not in a["meta"]
+    assert len(b["meta"]["distributed"]["shard_seconds"]) == ranks  # every rank ran a part
+    assert _strip(a) == _strip(b)
+    za, zb = (np.load(p / "outcomes.npz") for p in (one, two))
+    assert sorted(za.files) == sorted(zb.files)
+    for key in za.files:
+        if key != "header":
+            assert np.array_equal(za[key], zb[key]), key
+    ha, hb = (json.loads(bytes(z["header"]).decode()) for z in (za, zb))
+    assert _strip(ha) == _strip(hb)
+    assert sorted(os.listdir(two)) == ["audit.json", "outcomes.npz"]  # rank 0 wrote these, no one else anything
+    return a
+
+
+AUDIT = ["audit", "--data", "digits,limit=150", "-a", "fgsm", "-a", "pgd10", "--eps", "0.1", "--bootstrap", "50"]
+
+
+def test_two_ranks_write_the_same_audit_as_one_process(model_path, tmp_path, capsys):
+    # 150 samples in batches of 32: 4 full batches and one of 22, split 3 / 2 between the ranks
+    args = [*AUDIT, "-m", model_path, "--batch-size", "32", "--probe", "0", "--eps-sweep", "0:0.2:3"]
+    code, _, err = run_cli([*args, "--out", tmp_path / "one"], capsys)
+    assert code == 0, err
+    res = _torchrun([*args, "--out", tmp_path / "two"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = _assert_same_audit(tmp_path / "one", tmp_path / "two", 2)
+    assert a["meta"]["n"] == 150 and 0 < a["reports"]["pgd10"]["overall"]["rob_acc"] < 1
+    assert "eps_sweep" in a
+    assert res.stdout.count("wrote ") == 1  # the tables and lines come from rank 0 only
+    # the equality is not one a wrong cut could keep: batches of 30 start other random draws
+    code, _, err = run_cli([*AUDIT, "-m", model_path, "--batch-size", "30", "--probe", "0", "--out",
+                            tmp_path / "other"], capsys)
+    assert code == 0, err
+    other = np.load(tmp_path / "other" / "outcomes.npz")
+    assert not np.array_equal(other["adv_pred_1"], np.load(tmp_path / "one" / "outcomes.npz")["adv_pred_1"])
+
+
+@pytest.mark.slow
+def test_two_ranks_share_the_probe_chunks(model_path, tmp_path, capsys):
+    """The reliability probe (official AutoAttack) on 2 per class = 20 samples, in chunks of the
+    batch size 16: rank 0 attacks the first 16, rank 1 the last 4; the joined record equals one
+    process's (AutoAttack's seed comes from each chunk's generator)."""
+    args = [*AUDIT, "-m", model_path, "--batch-size", "16", "--probe", "2"]
+    code, _, err = run_cli([*args, "--out", tmp_path / "one"], capsys)
+    assert code == 0, err
+    res = _torchrun([*args, "--out", tmp_path / "two"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = _assert_same_audit(tmp_path / "one", tmp_path / "two", 2)
+    assert a["probe"]["overall"]["n"] == 20 and a["probe"]["attack"] == "autoattack"
+
+
+def test_a_refusal_ends_every_rank_with_one_line(model_path, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "audit.json").write_text("{}")
+    res = _torchrun([*AUDIT, "-m", model_path, "--probe", "0", "--out", out])
+    assert res.returncode != 0
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "already exists" in lines[0] and "--overwrite" in lines[0], res.stderr[-2000:]
+    assert "exitcode" not in res.stderr or "exitcode  : 2" in res.stderr or "exitcode: 2" in res.stderr
+    assert (out / "audit.json").read_text() == "{}" and sorted(os.listdir(out)) == ["audit.json"]
+
+
+# ------------------------------------------------------------------------------ the pieces, in-process
+@pytest.mark.parametrize("n,bs,world", [(150, 32, 2), (150, 32, 3), (10, 4, 5), (64, 32, 2), (1, 8, 2)])
+def test_shards_are_whole_batches_without_padding(n, bs, world):
+    order = np.random.default_rng(0).permutation(n)
+    parts = [shard_batches(order, bs, DistInfo(r, world)) for r in range(world)]
+    joined = np.concatenate(parts)
+    assert np.array_equal(np.sort(joined), np.arange(n))  # each sample once
+    batches = [order[s:s + bs] for s in range(0, n, bs)]
+    for r, part in enumerate(parts):
+        assert np.array_equal(part, np.concatenate(batches[r::world]) if batches[r::world] else part[:0])
+    assert np.array_equal(shard_batches(order, bs, DistInfo()), order)
+
+
+def test_a_failed_rank_is_named_on_every_other_rank():
+    ok = {"ok": True}
+    bad = {"ok": False, "error": "DataError", "message": "the dataset is empty; check the path", "user": True}
+    settle([ok, ok], 0)  # nobody failed: nothing raised
+    with pytest.raises(RankFailed, match=r"^rank 1 failed: the dataset is empty; check the path$"):
+        settle([ok, bad], 0)
+    own = ValueError("mine")
+    with pytest.raises(ValueError, match="mine"):
+        settle([ok, bad], 1, own)
+    bug = {"ok": False, "error": "ZeroDivisionError", "message": "division by zero", "user": False}
+    with pytest.raises(RankFailed, match=r"rank 1 failed \(and 1 more rank\): ZeroDivisionError: division by zero"):
+        settle([ok, bug, bad], 0)
