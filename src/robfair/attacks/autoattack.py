@@ -23,15 +23,24 @@ What the wrapper adds:
   collects them into ``AttackResult.warnings`` (one line each, prefixed ``autoattack:``) and
   nothing reaches stderr. ``x_adv`` alone (``attack(...)``) logs them at WARNING through robfair's logger.
 - ``early_exit`` has no effect: AutoAttack always attacks only the points still robust.
+- **A state file, on request.** Inside ``with state_file(path):`` every run writes the official
+  package's evaluation state (``pyautoattack``'s ``state_path``: which of its attacks have run on
+  the batch being attacked, and which of its samples are still robust) to ``path``, a progress
+  record of long runs (``robfair audit --autoattack-state``; under torchrun one file per rank).
+  Each run starts afresh: the file of the previous batch is replaced, never restored, because a
+  restored state returns the clean input for every sample fooled before the restore, which would
+  count as robust here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import inspect
 import logging
 import warnings
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -58,6 +67,22 @@ def load_backend() -> Any:
         except AttributeError:
             continue
     raise AttackError(MISSING)
+
+
+_STATE_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("robfair_autoattack_state", default=None)
+
+
+@contextlib.contextmanager
+def state_file(path: str | Path | None) -> Iterator[Path | None]:
+    """AutoAttack runs inside the block write their evaluation state to ``path`` (None: none), each
+    run replacing the previous run's file (see the module docstring). Needs ``pyautoattack``
+    (the GitHub package has no state file; there the block changes nothing)."""
+    p = None if path is None else Path(path).expanduser()
+    token = _STATE_PATH.set(p)
+    try:
+        yield p
+    finally:
+        _STATE_PATH.reset(token)
 
 
 @ATTACKS.register("autoattack", aliases=("aa",),
@@ -166,8 +191,15 @@ class AutoAttack(Attack):
             if hasattr(aa, sub):
                 getattr(aa, sub).n_target_classes = max(1, min(getattr(aa, sub).n_target_classes, n_classes - 1))
         bs = self.batch_size or x.shape[0]
-        if "batch_size" in inspect.signature(aa.run_standard_evaluation).parameters:
-            res = aa.run_standard_evaluation(x, y, batch_size=bs)
+        run_params = inspect.signature(aa.run_standard_evaluation).parameters
+        kw: dict[str, Any] = {}
+        state = _STATE_PATH.get()
+        if state is not None and "state_path" in run_params:
+            state.parent.mkdir(parents=True, exist_ok=True)
+            state.unlink(missing_ok=True)  # a fresh evaluation: never restore the previous batch's state
+            kw["state_path"] = state
+        if "batch_size" in run_params:
+            res = aa.run_standard_evaluation(x, y, batch_size=bs, **kw)
         else:
             res = aa.run_standard_evaluation(x, y, bs=bs)
         return (res[0] if isinstance(res, tuple) else res).detach()

@@ -157,25 +157,18 @@ def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any,
     return _join(parts, info, time.perf_counter() - t0)
 
 
-def _attack_messages(o: Outcomes) -> list[str]:
-    """The attacks' own reliability messages in ``o.warnings`` (the rest are the sanity checks)."""
-    from .checks import outcome_warnings
-
-    checks = set(outcome_warnings(o))
-    return [w for w in o.warnings if w not in checks]
-
-
 def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
     from .checks import outcome_warnings
 
+    checks = [outcome_warnings(p) for p in parts]  # the rest of each part's warnings: the attacks' own
+    said = [m for p, c in zip(parts, checks) for m in p.warnings if m not in c]
     out = Outcomes.concat(parts) if len(parts) > 1 else parts[0]
-    said = [m for p in parts for m in _attack_messages(p)]
     ordered: list[str] = []
     for name in out.attacks:  # once each, sorted per attack: the same for any number of ranks
         tag = f"[{name}] "
         ordered += sorted({m for m in said if m.startswith(tag)})
     ordered += sorted({m for m in said if m not in ordered})
-    out.warnings = outcome_warnings(out) + ordered
+    out.warnings = (outcome_warnings(out) if len(parts) > 1 else checks[0]) + ordered
     metas = [p.meta for p in parts]
     meta = dict(metas[0])
     meta["seconds"] = round(seconds, 3)

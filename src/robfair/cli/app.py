@@ -195,6 +195,11 @@ def audit(
     examples: int = typer.Option(8, "--examples", min=0, help="With --out: keep N samples of the weakest class as "
                                  "clean / adversarial images for `robfair report` (examples.npz; their batches are "
                                  "attacked once more; 0: none)."),
+    autoattack_state: Optional[Path] = typer.Option(None, "--autoattack-state", help="While AutoAttack runs (--attack "
+                                                    "autoattack, the probe), keep the official package's evaluation "
+                                                    "state of the batch being attacked in this .json file (a progress "
+                                                    "record, replaced per batch, never resumed); under torchrun each "
+                                                    "rank writes its own, NAME.rank<R>.json  \\[default: none]"),
 ) -> None:
     """Audit a model: per-class (per-group) clean and robust accuracy with intervals.
 
@@ -217,6 +222,13 @@ def audit(
             cleanup(dist_info)
 
 
+def rank_file(path: Path, dist) -> Path:
+    """``path`` in one process; ``NAME.rank<R>.SUFFIX`` on rank R of a torchrun command, so no two
+    ranks ever write one file."""
+    path = Path(path).expanduser()
+    return path if dist is None else path.with_name(f"{path.stem}.rank{dist.rank}{path.suffix}")
+
+
 def quiet_rank(info) -> None:
     """Ranks other than 0 of a torchrun command print nothing (no tables, bars or warnings; their
     user errors reach rank 0, which prints the one line): N copies of every line help no one."""
@@ -231,8 +243,9 @@ def quiet_rank(info) -> None:
 
 def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, split, attack, eps, batch_size, device,
            seed, early_exit, precision, channels_last, bootstrap, out, plot, overwrite, allow_large_eps, groups,
-           eps_sweep, distances, probe, examples, dist=None, rank_device=None) -> None:
+           eps_sweep, distances, probe, examples, autoattack_state=None, dist=None, rank_device=None) -> None:
     from ..audit import audit as run_audit
+    from ..attacks.autoattack import state_file
     from ..audit.distributed import run_on_every_rank
     from ..data import load_dataset
     from ..audit.engine import outcomes_path
@@ -250,6 +263,15 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
         plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
         if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
             raise ConfigError("--out and --plot name the same file; give them different paths")
+        state_path = None
+        if autoattack_state is not None:
+            state_path = check_output_file(rank_file(autoattack_state, dist), "--autoattack-state",
+                                           overwrite=overwrite, suffixes=(".json",))
+            taken = [p.resolve() for p in (out_path, plot_path) if p is not None]
+            if out_path is not None:
+                taken += [outcomes_path(out_path).resolve(), examples_path(out_path).resolve()]
+            if state_path.resolve() in taken:
+                raise ConfigError(f"--autoattack-state {state_path} is also an output of the audit; give it its own name")
         resolve_device(device)
         sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
         if sweep_values:
@@ -259,14 +281,14 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
         check_image_eps(eps_value, attack, allow_large=allow_large_eps)
         ds = load_dataset(data, split=split, groups=groups)
         ds = _check_classes(meta, ds, class_map)
-        return out_path, plot_path, sweep_values, net, meta, eps_value, ds
+        return out_path, plot_path, state_path, sweep_values, net, meta, eps_value, ds
 
     if dist is None:
-        out_path, plot_path, sweep_values, net, meta, eps_value, ds = prepare()
+        out_path, plot_path, state_path, sweep_values, net, meta, eps_value, ds = prepare()
     else:  # a refusal on one rank stops every rank, with its one line
-        out_path, plot_path, sweep_values, net, meta, eps_value, ds = run_on_every_rank(prepare, dist)
+        out_path, plot_path, state_path, sweep_values, net, meta, eps_value, ds = run_on_every_rank(prepare, dist)
     run_device = rank_device or device
-    with _progress() as p:
+    with _progress() as p, state_file(state_path):
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=run_device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, probe=probe,
                         progress=_Bars(p) if main_rank else None, classes=ds.classes, dist=dist,
@@ -274,10 +296,13 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
-    print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
-    extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
-                                           batch_size=batch_size, device=run_device, seed=seed, precision=precision,
-                                           channels_last=channels_last, early_exit=early_exit, dist=dist)
+    if main_rank:
+        print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
+    with state_file(state_path):
+        extras = _audit_groups_sweep_distances(net, ds, rep, attack, eps_value, sweep_values, distances,
+                                               batch_size=batch_size, device=run_device, seed=seed,
+                                               precision=precision, channels_last=channels_last,
+                                               early_exit=early_exit, dist=dist)
     if not main_rank:  # rank 0 writes the files; this rank's part is done
         return
     if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it

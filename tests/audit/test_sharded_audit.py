@@ -51,7 +51,7 @@ def model_path(tmp_path_factory) -> Path:
     return path
 
 
-def _torchrun(args, ranks: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
+def _torchrun(args, ranks: int = 2, timeout: int = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "OMP_NUM_THREADS": "1", "ROBFAIR_LOG_DIR": str(Path(args[args.index("--out") + 1]).parent)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
@@ -105,10 +105,39 @@ def test_two_ranks_share_the_probe_chunks(model_path, tmp_path, capsys):
     args = [*AUDIT, "-m", model_path, "--batch-size", "16", "--probe", "2"]
     code, _, err = run_cli([*args, "--out", tmp_path / "one"], capsys)
     assert code == 0, err
-    res = _torchrun([*args, "--out", tmp_path / "two"])
+    state = tmp_path / "state" / "aa.json"
+    res = _torchrun([*args, "--out", tmp_path / "two", "--autoattack-state", state])
     assert res.returncode == 0, res.stderr[-3000:]
     a = _assert_same_audit(tmp_path / "one", tmp_path / "two", 2)
     assert a["probe"]["overall"]["n"] == 20 and a["probe"]["attack"] == "autoattack"
+    # each rank kept the official state of its own chunk in its own file: 16 samples, then 4
+    assert sorted(os.listdir(state.parent)) == ["aa.rank0.json", "aa.rank1.json"]
+    sizes = [len(json.loads((state.parent / f"aa.rank{r}.json").read_text())["_robust_flags"]) for r in (0, 1)]
+    assert sizes == [16, 4]
+
+
+def test_autoattack_state_file_is_fresh_per_run(model_path, tmp_path):
+    """``state_file``: each AutoAttack run writes the official evaluation state there, replacing the
+    previous run's (never restoring it: a restored run returns clean inputs for samples fooled earlier)."""
+    pytest.importorskip("pyautoattack")
+    from robfair.attacks.autoattack import state_file
+    from robfair.audit.engine import evaluate
+    from robfair.data import load_dataset
+    from robfair.models import load_any
+
+    ds = load_dataset("digits,limit=12", split="test")
+    net, _ = load_any(model_path)
+    path = tmp_path / "aa.json"
+    with state_file(path):
+        first = evaluate(net, ds, ["autoattack"], 0.3, device="cpu", batch_size=8)
+        st = json.loads(path.read_text())
+        again = evaluate(net, ds, ["autoattack"], 0.3, device="cpu", batch_size=8)
+    assert len(st["_robust_flags"]) == 4 and "apgd-ce" in str(st["_attacks_to_run"])  # the last batch's
+    assert np.array_equal(first.adv_pred["autoattack"], again.adv_pred["autoattack"])  # nothing was restored
+    assert (first.clean_pred == first.y).sum() >= 10 and (first.adv_pred["autoattack"] != first.y).all()
+    path.unlink()
+    evaluate(net, ds, ["autoattack"], 0.3, device="cpu", batch_size=8)
+    assert not path.exists()  # outside the block nothing is written
 
 
 def test_a_refusal_ends_every_rank_with_one_line(model_path, tmp_path):
