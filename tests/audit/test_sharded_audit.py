@@ -64,14 +64,16 @@ def _assert_same_audit(one: Path, two: Path, ranks: int) -> dict:
     assert b["meta"]["distributed"]["world_size"] == ranks and "distributed" not in a["meta"]
     assert len(b["meta"]["distributed"]["shard_seconds"]) == ranks  # every rank ran a part
     assert _strip(a) == _strip(b)
-    za, zb = (np.load(p / "outcomes.npz") for p in (one, two))
-    assert sorted(za.files) == sorted(zb.files)
-    for key in za.files:
-        if key != "header":
-            assert np.array_equal(za[key], zb[key]), key
-    ha, hb = (json.loads(bytes(z["header"]).decode()) for z in (za, zb))
-    assert _strip(ha) == _strip(hb)
-    assert sorted(os.listdir(two)) == ["audit.json", "outcomes.npz"]  # rank 0 wrote these, no one else anything
+    for name in ("outcomes.npz", "examples.npz"):  # the examples: regenerated on rank 0 alone
+        za, zb = (np.load(p / name) for p in (one, two))
+        assert sorted(za.files) == sorted(zb.files) and za["index"].size > 0
+        for key in za.files:
+            if key != "header":
+                assert np.array_equal(za[key], zb[key]), (name, key)
+        ha, hb = (json.loads(bytes(z["header"]).decode()) for z in (za, zb))
+        assert _strip(ha) == _strip(hb)
+    # rank 0 wrote these, no one else anything
+    assert sorted(os.listdir(two)) == ["audit.json", "examples.npz", "outcomes.npz"]
     return a
 
 
