@@ -120,7 +120,7 @@ def test_every_help_shows_defaults_and_names_real_things(capsys):
     missing = []
     for path, cmd in _commands():
         for p in cmd.params:
-            if type(p).__name__ != "TyperOption" or p.name == "help" or p.required:
+            if type(p).__name__ != "TyperOption" or p.name == "help" or p.required or p.hidden:  # hidden: deprecated
                 continue
             flag_off = p.is_flag and not p.secondary_opts and p.default in (False, None)
             if not flag_off and p.default in (None, [], ()) and "default" not in (p.help or "").lower():

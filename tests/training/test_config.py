@@ -27,7 +27,7 @@ def test_bad_values_name_the_key(kw, key):
 def test_unknown_method_and_options():
     with pytest.raises(ConfigError, match="unknown method 'frll'"):
         TrainConfig(method="frll")
-    with pytest.raises(ConfigError, match=r"method 'trades' has no option 'betta'; did you mean 'beta'\? valid options: beta"):
+    with pytest.raises(ConfigError, match=r"method 'trades' has no option 'betta'; did you mean 'beta'\? valid options \(robfair methods trades\): beta"):
         TrainConfig(method="trades", method_options={"betta": 1})
     with pytest.raises(ConfigError, match="option 'beta'"):
         TrainConfig(method="trades", method_options={"beta": -1})

@@ -7,11 +7,12 @@ from typing import Any, List, Optional
 
 import typer
 import yaml
+from rich.markup import escape
 
 from ..errors import ConfigError
 from ..inert import term
 from ..safeio import yaml_loads
-from .app import _Bars, _progress, app, console
+from .app import _Bars, _progress, app, console, err_console
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -98,6 +99,19 @@ def _default(field: str, fmt: str = "{}") -> str:
     return f"  \\[default: the config file's {field}, else {shown}]"
 
 
+#: the method-specific flags ``train`` once had: hidden aliases of ``--opt KEY=VALUE``
+DEPRECATED_OPTION_FLAGS = {"fairness": "--fairness", "lam": "--lam", "dual_step": "--dual-step"}
+
+
+def _warn_deprecated_option_flags(flags: dict[str, Any]) -> None:
+    """One warning line per method option given through a deprecated flag, naming its ``--opt`` form.
+    Called once the config validated, so a refusal (e.g. an option the method lacks) stays one line."""
+    for key, value in flags.items():
+        err_console.print(f"[yellow]warning:[/yellow] {DEPRECATED_OPTION_FLAGS[key]} is deprecated; write "
+                          f"--opt {key}={escape(str(value))} (`robfair methods NAME` lists a method's options)",
+                          highlight=False, soft_wrap=True)
+
+
 @app.command()
 def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it  \\[default: none, flags and defaults only]"),
@@ -116,16 +130,16 @@ def train(
                                        "the run reuses its validation split (val_split: init)." + _default("init")),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder  \\[default: the config file's out; one of the two is required]"),
     resume: bool = typer.Option(False, help="Continue a killed run in --out (its config must be unchanged)."),
-    opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6  \\[default: the config's method_options, else the method's defaults]"),
+    opt: List[str] = typer.Option([], "--opt", help="Method option KEY=VALUE (repeat), e.g. --opt beta=6; "
+                                  "`robfair methods NAME` lists a method's options  \\[default: the config's method_options, else the method's defaults]"),
     set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300  \\[default: none]"),
     audit_attack: List[str] = typer.Option(["pgd20"], "--audit-attack", help="Attacks of the final test audit (repeat); 'none' to skip."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute of the data (utkface race/gender/age, "
                                          "celeba an attribute, imagefolder a groups.csv column); stored in the data spec  \\[default: none, groups are the classes]"),
-    fairness: Optional[str] = typer.Option(None, "--fairness", help="fair methods: accuracy-parity, loss-parity or "
-                                           "equal-opportunity (same as --opt fairness=...)  \\[default: the method's]"),
-    lam: Optional[float] = typer.Option(None, "--lam", help="fair methods: penalty weight lambda (--opt lam=...)  \\[default: the method's]"),
-    dual_step: Optional[float] = typer.Option(None, "--dual-step", help="fair methods: dual ascent step per epoch; "
-                                              "0 keeps lambda fixed (--opt dual_step=...)  \\[default: the method's]"),
+    # deprecated aliases of --opt (method options live with the method: `robfair methods NAME`); hidden from --help
+    fairness: Optional[str] = typer.Option(None, "--fairness", hidden=True),
+    lam: Optional[float] = typer.Option(None, "--lam", hidden=True),
+    dual_step: Optional[float] = typer.Option(None, "--dual-step", hidden=True),
     allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1 ([0,1] images)."),
 ) -> None:
     """Train a model (standard, PGD-AT, TRADES, fair methods) and audit the selected checkpoint on the test split."""
@@ -144,7 +158,8 @@ def train(
         overrides["data"] = with_options(base_data, groups=groups)
     if opt or flags or (method is not None and config is not None):
         overrides["method_options"] = {**_config_method_options(config, method), **_kv(opt, "--opt"), **flags}
-    cfg = load_config(config, **overrides)
+    cfg = load_config(config, **overrides)  # validates the method's options: one it lacks is a ConfigError
+    _warn_deprecated_option_flags(flags)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")
     from ..safeio import check_output_dir
@@ -183,7 +198,6 @@ def train(
 @app.command()
 def methods(name: Optional[str] = typer.Argument(None, help="A method (or alias) to describe in full.")) -> None:
     """List the training methods, or one method's options, defaults and the source of each mode."""
-    from rich.markup import escape
     from rich.table import Table
 
     from ..training.methods import describe_method, describe_methods

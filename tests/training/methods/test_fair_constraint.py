@@ -92,7 +92,7 @@ def test_fair_adversarial_uses_robust_accuracy_and_its_attack():
 
 def test_equal_opportunity_needs_binary_labels():
     m = build_method("fair-constraint", {"fairness": "equal-opportunity"})
-    with pytest.raises(ConfigError, match=r"needs binary labels but the task has 10 classes; use --fairness accuracy-parity"):
+    with pytest.raises(ConfigError, match=r"needs binary labels but the task has 10 classes; use fairness accuracy-parity or loss-parity \(--opt fairness=\.\.\.\)"):
         m.ctx = _ctx(10)
     with pytest.raises(ConfigError, match="has no option 'lambda'"):
         build_method("fair-constraint", {"lambda": 1})

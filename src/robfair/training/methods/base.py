@@ -148,7 +148,7 @@ class Method:
             return cls.Options(**(options or {}))
         except ValidationError as e:
             raise ConfigError(one_line(e, cls.Options, unknown=f"method '{cls.name}' has no option '{{key}}'",
-                                       invalid=f"method '{cls.name}' option '{{key}}'", valid="valid options",
+                                       invalid=f"method '{cls.name}' option '{{key}}'", valid=f"valid options (robfair methods {cls.name})",
                                        fix="fix it in method_options", root="method_options")) from None
 
     # ------------------------------------------------------------------ the batch loss

@@ -96,7 +96,7 @@ class FairConstraint(Method):
         if o.fairness == "equal-opportunity":
             if num_classes != 2:
                 raise ConfigError(f"fairness 'equal-opportunity' needs binary labels but the task has {num_classes} "
-                                  "classes; use --fairness accuracy-parity or loss-parity, or a binary task "
+                                  "classes; use fairness accuracy-parity or loss-parity (--opt fairness=...), or a binary task "
                                   "(e.g. utkface task=gender, celeba label=Smiling)")
             if o.positive >= num_classes:
                 raise ConfigError(f"positive class {o.positive} is not a class of this binary task; pass positive 0 or 1")
