@@ -78,11 +78,14 @@ def _assert_same_audit(one: Path, two: Path, ranks: int) -> dict:
 
 
 AUDIT = ["audit", "--data", "digits,limit=150", "-a", "fgsm", "-a", "pgd10", "--eps", "0.1", "--bootstrap", "50"]
+PGD_FIRST = ["audit", "--data", "digits,limit=150", "-a", "pgd10", "-a", "fgsm", "--eps", "0.1", "--bootstrap", "50"]
 
 
 def test_two_ranks_write_the_same_audit_as_one_process(model_path, tmp_path, capsys):
-    # 150 samples in batches of 32: 4 full batches and one of 22, split 3 / 2 between the ranks
-    args = [*AUDIT, "-m", model_path, "--batch-size", "32", "--probe", "0", "--eps-sweep", "0:0.2:3"]
+    # 150 samples in batches of 32: 4 full batches and one of 22, split 3 / 2 between the ranks; the
+    # distances bisect with the first attack, pgd10 (random starts, so the seeding of each batch counts)
+    args = [*PGD_FIRST, "-m", model_path, "--batch-size", "32", "--probe", "0", "--eps-sweep", "0:0.2:3",
+            "--distances"]
     code, _, err = run_cli([*args, "--out", tmp_path / "one"], capsys)
     assert code == 0, err
     res = _torchrun([*args, "--out", tmp_path / "two"])
@@ -90,13 +93,52 @@ def test_two_ranks_write_the_same_audit_as_one_process(model_path, tmp_path, cap
     a = _assert_same_audit(tmp_path / "one", tmp_path / "two", 2)
     assert a["meta"]["n"] == 150 and 0 < a["reports"]["pgd10"]["overall"]["rob_acc"] < 1
     assert "eps_sweep" in a
+    d = a["distances"]
+    assert d["method"] == "bisection" and d["meta"]["attack"] == "pgd10" and d["meta"]["seeding"] == "per batch"
+    finite = [v for v in d["distance"] if v is not None]
+    assert len(d["distance"]) == 150 and len(finite) > 100 and len(set(finite)) > 5
+    z = np.load(tmp_path / "two" / "outcomes.npz")
+    header = json.loads(bytes(z["header"]).decode())
+    j = header["min_eps"].index("distance")
+    assert np.array_equal(np.where(np.isfinite(z[f"min_eps_{j}"]), z[f"min_eps_{j}"], -1.0),
+                          [-1.0 if v is None else v for v in d["distance"]])
     assert res.stdout.count("wrote ") == 1  # the tables and lines come from rank 0 only
     # the equality is not one a wrong cut could keep: batches of 30 start other random draws
-    code, _, err = run_cli([*AUDIT, "-m", model_path, "--batch-size", "30", "--probe", "0", "--out",
-                            tmp_path / "other"], capsys)
+    code, _, err = run_cli([*PGD_FIRST, "-m", model_path, "--batch-size", "30", "--probe", "0", "--distances",
+                            "--out", tmp_path / "other"], capsys)
     assert code == 0, err
-    other = np.load(tmp_path / "other" / "outcomes.npz")
-    assert not np.array_equal(other["adv_pred_1"], np.load(tmp_path / "one" / "outcomes.npz")["adv_pred_1"])
+    other, one = (np.load(tmp_path / name / "outcomes.npz") for name in ("other", "one"))
+    assert not np.array_equal(other["adv_pred_0"], one["adv_pred_0"])  # pgd10
+    assert json.loads((tmp_path / "other" / "audit.json").read_text())["distances"]["distance"] != d["distance"]
+
+
+def test_bisection_distances_of_a_batch_do_not_depend_on_the_batches_before(model_path):
+    """What makes the sharded distances equal one process's: each batch's bisection draws from its
+    own generator (seeded from its first sample's dataset index). The scheme before, one generator
+    drawn across the batches in order, gives other distances to a rank that starts mid-way."""
+    from robfair.audit.distances import boundary_distances, minimal_eps
+    from robfair.audit.engine import attack_generator
+    from robfair.data import load_dataset
+    from robfair.models import load_any
+
+    ds = load_dataset("digits,limit=150", split="test")
+    net, _ = load_any(model_path)
+    kw = dict(attack="pgd10", eps_max=0.2, batch_size=32, device="cpu", seed=0)
+    full = boundary_distances(net, ds, "bisection", **kw)
+    mine = shard_batches(np.arange(150), 32, DistInfo(1, 2))  # rank 1 of 2: batches 1 and 3
+    part = boundary_distances(net, ds, "bisection", indices=mine, **kw)
+    assert np.array_equal(part.distance, full.distance[mine]) and np.array_equal(part.lower, full.lower[mine])
+    assert np.array_equal(part.y, full.y[mine]) and np.array_equal(part.pred, full.pred[mine])
+    # the old scheme, one generator over all batches: rank 1 alone draws other starts for its batches
+    x = ds.images()
+    cuts = [slice(s, s + 32) for s in range(0, 150, 32)]
+
+    def old(batches):
+        gen = attack_generator(torch.device("cpu"), 0, "pgd10", "bisection")
+        return np.concatenate([minimal_eps(net, x[c], "pgd10", eps_max=0.2, generator=gen)[1].numpy() for c in batches])
+
+    one_process, rank1 = old(cuts), old(cuts[1::2])
+    assert not np.array_equal(one_process[mine], rank1)
 
 
 @pytest.mark.slow

@@ -48,9 +48,9 @@ import torch
 from torch import nn
 
 from ..attacks import get_attack
-from ..errors import ConfigError, DataError, ModelError
+from ..errors import ConfigError, DataError, ModelError, RobfairError
 from ..utils import resolve_device
-from .engine import attack_generator, evaluation_model, run_attack
+from .engine import batch_generator, evaluation_model, run_attack
 
 log = logging.getLogger(__name__)
 
@@ -360,62 +360,116 @@ def boundary_distances(
     batch_size: int = 256,
     device: str | torch.device | None = "auto",
     seed: int = 0,
+    indices: Any = None,
     progress: Progress | None = None,
+    dist: Any = None,
 ) -> DistanceReport:
-    """Distance of every sample of ``dataset`` to ``model``'s decision boundary, per group.
+    """Distance of every sample of ``dataset`` (or of its items ``indices``, in that order) to
+    ``model``'s decision boundary, per group.
 
     ``method``: ``exact`` (affine models), ``bisection`` (``attack``, up to ``eps_max``, bracket
     width ``tol``), ``linearized`` or ``auto`` (exact when the model is affine, else bisection).
     ``norm`` defaults to the attack's norm (L-inf for ``pgd20``). ``eps_max`` is required for
-    bisection (e.g. twice the audit radius)."""
+    bisection (e.g. twice the audit radius).
+
+    Bisection seeds each batch's attack generator like the audit's engine
+    (:func:`robfair.audit.engine.batch_generator` from ``seed``, the attack's name and the dataset
+    index of the batch's first sample, in a ``"bisection"`` stream of its own), so a batch's
+    distances do not depend on the batches before it. ``dist``: a joined process group's
+    :class:`~robfair.training.distributed.DistInfo` (torchrun): the rank runs whole batches
+    ``rank, rank + world_size, ...`` (:func:`robfair.audit.distributed.shard_batches`), the parts
+    are gathered, and every rank returns the report one process would."""
+    from .distributed import gather_parts, shard_batches
+
     if method not in (*METHODS, "auto"):
         raise ConfigError(f"unknown distance method {method!r}; choose one of: auto, {', '.join(METHODS)}")
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")
+    if isinstance(batch_size, bool) or int(batch_size) < 1:
+        raise ConfigError(f"batch size must be >= 1, got {batch_size}")
     dataset.validate()
     atk = get_attack(attack) if isinstance(attack, str) else attack
+    name = getattr(atk, "name", str(attack))
     norm = _check_norm(norm or getattr(atk, "norm", "linf"))
     if method in ("bisection", "auto") and getattr(atk, "norm", norm) != norm:
         raise ConfigError(f"the attack works in {atk.norm} but norm={norm}; pick an attack of the same norm")
+    if method == "bisection" and eps_max is None:
+        raise ConfigError("bisection needs eps_max, the largest radius tried (e.g. 2 x the audit radius); pass eps_max")
     dev = resolve_device(device)
-    W = b = None
-    with evaluation_model(model, dev) as model:
-        if method in ("exact", "auto"):
-            try:
-                W, b = affine_params(model, dataset.in_shape, device=dev, seed=seed)
-                method = "exact"
-            except ModelError:
-                if method == "exact":
-                    raise
-                method = "bisection"
-        if method == "bisection" and eps_max is None:
-            raise ConfigError("bisection needs eps_max, the largest radius tried (e.g. 2 x the audit radius); pass eps_max")
-        gen = attack_generator(dev, seed, getattr(atk, "name", str(attack)), "bisection")
-        n = len(dataset)
-        dist = np.empty(n)
-        lower = np.empty(n) if method == "bisection" else None
-        pred = np.empty(n, dtype=np.int64)
-        pos = 0
-        total = math.ceil(n / batch_size)
-        for i, (x, _y, _g) in enumerate(dataset.batches(batch_size, device=dev)):
-            m = x.shape[0]
-            if method == "exact":
-                d, p = exact_linear_distance(W, b, x, norm)
-            elif method == "linearized":
-                d, p = linearized_margin(model, x, norm=norm, candidates=candidates)
-            else:
-                lo, d, p = minimal_eps(model, x, atk, eps_max=float(eps_max), tol=tol, generator=gen)
-                lower[pos:pos + m] = lo.cpu().numpy()  # type: ignore[index]
-            dist[pos:pos + m] = d.detach().cpu().double().numpy()  # (CPU float64)
-            pred[pos:pos + m] = p.cpu().numpy()
-            pos += m
-            if progress is not None:
-                progress(f"distances ({method})", i + 1, total)
-    meta = {"dataset": getattr(dataset, "name", ""), "n": len(dataset), "seed": seed}
+    bs = int(batch_size)
+    n_all = len(dataset)
+    order = np.arange(n_all, dtype=np.int64) if indices is None else np.asarray(
+        indices.cpu() if hasattr(indices, "cpu") else indices, dtype=np.int64)
+    if order.size and (order.min() < 0 or order.max() >= n_all):
+        raise DataError(f"indices must lie in 0..{n_all - 1}; got {int(order.min())}..{int(order.max())}")
+    info = dist
+    mine = order if info is None else shard_batches(order, bs, info)
+    main_rank = info is None or info.is_main
+
+    def part() -> dict[str, Any]:
+        how = method
+        W = b = None
+        m_all = mine.size
+        dist_v = np.empty(m_all)
+        lower = np.empty(m_all)
+        pred = np.empty(m_all, dtype=np.int64)
+        with evaluation_model(model, dev) as net:
+            if how in ("exact", "auto"):
+                try:
+                    W, b = affine_params(net, dataset.in_shape, device=dev, seed=seed)
+                    how = "exact"
+                except ModelError:
+                    if how == "exact":
+                        raise
+                    how = "bisection"
+            if how == "bisection" and eps_max is None:
+                raise ConfigError("bisection needs eps_max, the largest radius tried (e.g. 2 x the audit radius); "
+                                  "pass eps_max")
+            if m_all:
+                ds = dataset if indices is None and info is None else dataset.subset(torch.from_numpy(mine))
+                pos = 0
+                total = math.ceil(m_all / bs)
+                for i, (x, _y, _g) in enumerate(ds.batches(bs, device=dev)):
+                    m = x.shape[0]
+                    if how == "exact":
+                        d, p = exact_linear_distance(W, b, x, norm)
+                    elif how == "linearized":
+                        d, p = linearized_margin(net, x, norm=norm, candidates=candidates)
+                    else:
+                        gen = batch_generator(dev, seed, name, int(mine[pos]), stage="bisection")
+                        lo, d, p = minimal_eps(net, x, atk, eps_max=float(eps_max), tol=tol, generator=gen)
+                        lower[pos:pos + m] = lo.cpu().double().numpy()
+                    dist_v[pos:pos + m] = d.detach().cpu().double().numpy()  # (CPU float64)
+                    pred[pos:pos + m] = p.cpu().numpy()
+                    pos += m
+                    if progress is not None and main_rank:
+                        progress(f"distances ({how})", i + 1, total)
+        return {"method": how, "index": mine, "distance": dist_v, "lower": lower, "pred": pred}
+
+    parts = gather_parts(part, info) if info is not None else [part()]
+    methods = sorted({p["method"] for p in parts})
+    if len(methods) > 1:  # every rank decides affinity on the same model and points; never seen
+        raise ModelError(f"the ranks disagree on the distance method ({', '.join(methods)}); pass method explicitly")
+    method = methods[0]
+    index = np.concatenate([p["index"] for p in parts])
+    pos_of = np.full(n_all, -1, dtype=np.int64)
+    pos_of[order] = np.arange(order.size)
+    where = pos_of[index]
+    if (where < 0).any() or np.unique(where).size != order.size or where.size != order.size:
+        raise RobfairError("the gathered distance shards do not cover the samples exactly once")
+    dist_all = np.empty(order.size)
+    lower_all = np.empty(order.size)
+    pred_all = np.empty(order.size, dtype=np.int64)
+    for key, arr in (("distance", dist_all), ("lower", lower_all), ("pred", pred_all)):
+        arr[where] = np.concatenate([p[key] for p in parts])
+    meta = {"dataset": getattr(dataset, "name", ""), "n": int(order.size), "seed": seed}
     if method == "bisection":
-        meta.update(attack=getattr(atk, "name", str(attack)), eps_max=float(eps_max),  # type: ignore[arg-type]
-                    tol=float(tol if tol is not None else float(eps_max) / 64))  # type: ignore[arg-type]
-    return DistanceReport(method=method, norm=norm, distance=dist, y=dataset.y.cpu().numpy().astype(np.int64),
-                          pred=pred, groups=dataset.group_ids.cpu().numpy().astype(np.int64),
+        meta.update(attack=name, eps_max=float(eps_max),  # type: ignore[arg-type]
+                    tol=float(tol if tol is not None else float(eps_max) / 64),  # type: ignore[arg-type]
+                    seeding="per batch", batch_size=bs)
+    sel = torch.from_numpy(order)
+    y = dataset.y.cpu()[sel].numpy().astype(np.int64)
+    groups = dataset.group_ids.cpu()[sel].numpy().astype(np.int64)
+    return DistanceReport(method=method, norm=norm, distance=dist_all, y=y, pred=pred_all, groups=groups,
                           class_names=list(dataset.classes), group_names=list(dataset.group_names),
-                          lower=lower, meta=meta)
+                          lower=lower_all if method == "bisection" else None, meta=meta)

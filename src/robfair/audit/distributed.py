@@ -13,6 +13,9 @@ equal to one process:
 - **The same random starts.** The engine seeds each attack's generator per batch from (seed,
   attack name, dataset index of the batch's first sample), so a batch draws the same starts on
   whichever rank runs it (AutoAttack included: its seed is drawn from that generator).
+- **The distances too.** :func:`robfair.audit.distances.boundary_distances` with ``dist`` shards
+  the same whole batches (its bisection seeds each batch like the engine) and gathers through
+  :func:`gather_parts`.
 - **One join.** Every rank gathers every part (``all_gather_object``) and joins them with
   :meth:`Outcomes.concat` (sorted by dataset index, overlap refused), so every rank holds the full
   outcomes and everything built on them (reports, the probe's stratified sample, warnings) is
@@ -105,20 +108,14 @@ def _status(exc: BaseException) -> dict[str, Any]:
 def run_on_every_rank(fn, info: DistInfo):
     """``fn()`` on this rank, then an agreement step: when any rank's ``fn`` raised, every rank
     raises (see :func:`settle`) instead of some ranks waiting in a later collective for ever.
-    Returns ``fn``'s value on this rank."""
-    own: BaseException | None = None
-    value = None
-    try:
-        value = fn()
-    except Exception as e:  # noqa: BLE001 - handed to every rank, then re-raised here
-        own = e
-        if info.enabled:
-            log.debug("rank %d failed:\n%s", info.rank, traceback.format_exc())
-    if info.enabled:
-        settle(_gather({"ok": True} if own is None else _status(own), info), info.rank, own)
-    elif own is not None:
-        raise own
-    return value
+    Returns ``fn``'s value on this rank (only a status travels, not the value)."""
+    box: list[Any] = []
+
+    def keep() -> None:
+        box.append(fn())
+
+    gather_parts(keep, info)
+    return box[0]
 
 
 def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any, *, dist: DistInfo | None = None,
@@ -140,21 +137,32 @@ def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any,
         return evaluate(model, dataset, attacks, eps, indices=idx, batch_size=batch_size,
                         progress=progress if info.is_main else None, **kwargs)
 
+    parts = [p for p in gather_parts(part, info) if p is not None]
+    return _join(parts, info, time.perf_counter() - t0)
+
+
+def gather_parts(fn, info: DistInfo) -> list[Any]:
+    """``fn()`` on this rank, then every rank's value, in rank order, on every rank (one process:
+    ``[fn()]``). When any rank's ``fn`` raised, every rank raises instead (see :func:`settle`).
+    The values travel pickled (``all_gather_object``; on NCCL through this rank's current CUDA
+    device, which :func:`robfair.training.distributed.setup` sets from LOCAL_RANK), so they should
+    hold CPU data (numpy arrays, CPU tensors): a CUDA tensor would be unpickled onto the device
+    index it came from."""
     own: BaseException | None = None
-    out: Outcomes | None = None
+    value = None
     try:
-        out = part()
+        value = fn()
     except Exception as e:  # noqa: BLE001 - handed to every rank, then re-raised here
         own = e
+        if info.enabled:
+            log.debug("rank %d failed:\n%s", info.rank, traceback.format_exc())
     if not info.enabled:
         if own is not None:
             raise own
-        assert out is not None
-        return _join([out], info, time.perf_counter() - t0)
-    gathered = _gather({"ok": True, "outcomes": out} if own is None else _status(own), info)
+        return [value]
+    gathered = _gather({"ok": True, "value": value} if own is None else _status(own), info)
     settle(gathered, info.rank, own)
-    parts = [g["outcomes"] for g in gathered if g.get("outcomes") is not None]
-    return _join(parts, info, time.perf_counter() - t0)
+    return [g["value"] for g in gathered]
 
 
 def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
@@ -186,4 +194,4 @@ def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
     return out
 
 
-__all__ = ["RankFailed", "evaluate_sharded", "run_on_every_rank", "settle", "shard_batches"]
+__all__ = ["RankFailed", "evaluate_sharded", "gather_parts", "run_on_every_rank", "settle", "shard_batches"]

@@ -25,7 +25,8 @@ attack call, :func:`run_attack`, so they share:
   dataset index of the batch's first sample)`` (:func:`batch_generator`), never from the attack's
   position in the list nor from the batches before: ``pgd20`` alone and ``pgd20`` after ``fgsm``
   give the same outcomes, and so does an audit sharded into whole batches (``evaluate(indices=...)``
-  on each rank of a torchrun audit) once its parts are joined;
+  on each rank of a torchrun audit) once its parts are joined (boundary distances by bisection
+  seed their batches the same way, in a stream of their own);
 - the sanity checks of :mod:`robfair.audit.checks` on the outcomes (``Outcomes.warnings``).
 
 ``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`); here it is a
@@ -82,11 +83,13 @@ def attack_generator(device: torch.device, seed: int, name: str, *extra: Any) ->
 
 
 def batch_generator(device: torch.device, seed: int, name: str, first_index: int,
-                    radius: float | None = None) -> torch.Generator:
-    """The generator of one batch of one attack: seeded from ``(seed, name, [radius,] first_index)``,
-    ``first_index`` being the dataset index of the batch's first sample (``radius``: sweeps only)."""
+                    radius: float | None = None, *, stage: str | None = None) -> torch.Generator:
+    """The generator of one batch of one attack: seeded from ``(seed, name, [stage,] [radius,]
+    first_index)``, ``first_index`` being the dataset index of the batch's first sample
+    (``radius``: sweeps only; ``stage``: a stream of its own for a use other than the audit's
+    attack, e.g. ``"bisection"`` for boundary distances)."""
     extra = (int(first_index),) if radius is None else (float(radius), int(first_index))
-    return attack_generator(device, seed, name, *extra)
+    return attack_generator(device, seed, name, *(() if stage is None else (str(stage),)), *extra)
 
 
 def resolve_attacks(attacks: Sequence[Any], precision: str = "fp32") -> list[tuple[str, Any]]:

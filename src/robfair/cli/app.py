@@ -336,9 +336,8 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
                                    channels_last: bool | None = None, early_exit: bool = True, dist=None) -> dict:
     """The audit's group tables (when the groups are not the classes), the eps sweep and the
     distances; returns their JSON for audit.json. Their per-sample minimal radii join the audit's
-    outcomes (``min_eps``). Under torchrun (``dist``) the sweep is sharded like the audit; the
-    distances (bisection draws from one generator over all batches) run on rank 0 alone, after the
-    other ranks are done."""
+    outcomes (``min_eps``). Under torchrun (``dist``) the sweep and the distances are sharded like
+    the audit (whole batches per rank, each seeded from its first sample's dataset index)."""
     from ..report.text import fit_table, group_table
 
     extras: dict = {}
@@ -363,17 +362,18 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
             console.print(f"[yellow]warning (eps sweep):[/yellow] {w}")
         if rep.outcomes is not None:
             rep.outcomes.min_eps.update(sweep.outcomes.min_eps)
-    if distances and (dist is None or dist.is_main):
+    if distances:
         from ..audit.distances import boundary_distances
 
         eps_max = max(2 * eps_value, max(sweep_values) if sweep_values else 0.0) or 8 / 255
         with _progress() as p:
-            dist = boundary_distances(net, ds, "auto", attack=attacks[0], eps_max=eps_max, batch_size=batch_size,
-                                      device=device, seed=seed, progress=_Bars(p))
-        console.print(_distance_table(dist))
-        extras["distances"] = dist.to_json()
+            drep = boundary_distances(net, ds, "auto", attack=attacks[0], eps_max=eps_max, batch_size=batch_size,
+                                      device=device, seed=seed, dist=dist,
+                                      progress=_Bars(p) if dist is None or dist.is_main else None)
+        console.print(_distance_table(drep))
+        extras["distances"] = drep.to_json()
         if rep.outcomes is not None:
-            rep.outcomes.min_eps["distance"] = dist.distance
+            rep.outcomes.min_eps["distance"] = drep.distance
     return extras
 
 
