@@ -221,3 +221,54 @@ def test_a_failed_rank_is_named_on_every_other_rank():
     bug = {"ok": False, "error": "ZeroDivisionError", "message": "division by zero", "user": False}
     with pytest.raises(RankFailed, match=r"rank 1 failed \(and 1 more rank\): ZeroDivisionError: division by zero"):
         settle([ok, bug, bad], 0)
+
+
+# ------------------------------------------------------------------------------ devices (a CUDA stub, no GPU here)
+@pytest.fixture
+def cuda_stub(monkeypatch):
+    """torchrun's environment for local rank 1 of 2 on a node that claims 2 GPUs; records the calls."""
+    import torch.distributed as dist
+
+    import robfair.training.distributed as D
+
+    calls: dict = {"set_device": [], "init": []}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls["set_device"].append(torch.device(d)))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: calls["init"].append(kw))
+    return D, calls
+
+
+def test_each_rank_takes_its_local_gpu_and_nccl(cuda_stub, monkeypatch):
+    D, calls = cuda_stub
+    info, dev, owns = D.setup("auto")
+    assert (info.rank, info.world_size, info.local_rank, owns) == (1, 2, 1, True)
+    assert dev == torch.device("cuda", 1) and calls["set_device"] == [torch.device("cuda", 1)]
+    assert calls["init"][0]["backend"] == "nccl" and calls["init"][0]["timeout"].total_seconds() == 3600
+    calls["init"].clear(), calls["set_device"].clear()
+    info, dev, _ = D.setup("cuda:0")  # an explicit GPU is still this rank's own: one process per GPU
+    assert dev == torch.device("cuda", 1) and calls["set_device"] == [dev]
+    calls["init"].clear(), calls["set_device"].clear()
+    monkeypatch.setenv("ROBFAIR_DIST_TIMEOUT", "5")
+    info, dev, _ = D.setup("cpu")  # the CPU: gloo, no GPU touched
+    assert dev == torch.device("cpu") and calls["set_device"] == []
+    assert calls["init"][0]["backend"] == "gloo" and calls["init"][0]["timeout"].total_seconds() == 300
+
+
+def test_more_local_ranks_than_gpus_is_refused(cuda_stub, monkeypatch):
+    from robfair.errors import ConfigError
+
+    D, calls = cuda_stub
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(ConfigError, match=r"local rank 2 but this node has 2 GPUs; pass --nproc-per-node 2"):
+        D.setup("auto")
+    assert calls["init"] == [] and calls["set_device"] == []
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    for bad in ("0", "-3", "soon", "inf"):
+        monkeypatch.setenv("ROBFAIR_DIST_TIMEOUT", bad)
+        with pytest.raises(ConfigError, match="ROBFAIR_DIST_TIMEOUT must be a positive number of minutes"):
+            D.setup("auto")

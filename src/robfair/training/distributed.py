@@ -62,9 +62,32 @@ def setup(device: str = "auto") -> tuple[DistInfo, torch.device, bool]:
     if dist.is_initialized():
         return info, dev, False
     backend = "nccl" if dev.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=collective_timeout())
     log.info("rank %d/%d joined the %s process group on %s", info.rank, info.world_size, backend, dev)
     return info, dev, True
+
+
+#: minutes a rank waits in a collective for the others (``ROBFAIR_DIST_TIMEOUT`` overrides)
+DEFAULT_TIMEOUT_MIN = 60
+
+
+def collective_timeout():
+    """How long a rank waits in a collective before it gives up: ``ROBFAIR_DIST_TIMEOUT`` minutes,
+    default 60. torch's own default for NCCL is 10 minutes, less than a sharded audit's ranks may
+    wait for one another (rank 0 regenerates the examples' batches, and a rank's last batch of
+    AutoAttack can take minutes on a large model) before the next gather."""
+    import datetime
+
+    text = os.environ.get("ROBFAIR_DIST_TIMEOUT", "").strip()
+    try:
+        minutes = float(text) if text else float(DEFAULT_TIMEOUT_MIN)
+    except ValueError:
+        minutes = -1.0
+    if not 0 < minutes < 1e6:  # NaN, inf and absurd values too
+        from ..errors import ConfigError
+
+        raise ConfigError(f"ROBFAIR_DIST_TIMEOUT must be a positive number of minutes, got {text!r}; e.g. 60")
+    return datetime.timedelta(minutes=minutes)
 
 
 def wrap(model: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
