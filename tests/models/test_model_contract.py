@@ -2,9 +2,11 @@
 model tests): a new model file gets these tests with no edit here.
 
 Logits of shape (N, K) in fp32 and finite; eval mode is deterministic; channels_last gives the same
-logits and predictions; input gradients flow; the checkpoint round trip (``save_checkpoint`` /
-``load_checkpoint``) and a plain state-dict round trip reproduce the logits exactly. A registration
-may state ``contract_shape=(C, H, W)`` and ``contract_kwargs={...}`` (default ``(3, 16, 16)``, none).
+logits and predictions, bf16 autocast close logits (per-channel normalization statistics, so the
+normalization layer is in the check); input gradients flow; the checkpoint round trip
+(``save_checkpoint`` / ``load_checkpoint``) and a plain state-dict round trip reproduce the logits
+exactly. A registration may state ``contract_shape=(C, H, W)`` and ``contract_kwargs={...}`` (default
+``(3, 16, 16)``, none). ``test_architectures.py`` runs every registration at several input shapes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ from robfair.models import MODELS, create, load_checkpoint, save_checkpoint
 K = 5
 
 
+def _stats(shape) -> dict:
+    """Distinct per-channel normalization statistics (a channel mix-up changes the logits)."""
+    return {"mean": [0.4 + 0.1 * c for c in range(shape[0])], "std": [0.2 + 0.05 * c for c in range(shape[0])]}
+
+
 def check_model_contract(name: str, tmp_path, shape=(3, 16, 16), **kwargs) -> None:
     torch.manual_seed(0)
-    model = create(name, K, shape, mean=[0.5] * shape[0], std=[0.25] * shape[0], **kwargs).eval()
+    model = create(name, K, shape, **_stats(shape), **kwargs).eval()
     x = torch.rand(3, *shape, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         z = model(x)
@@ -34,7 +41,7 @@ def check_model_contract(name: str, tmp_path, shape=(3, 16, 16), **kwargs) -> No
         z = model(x)  # after a train-mode forward (BN running stats moved): the reference
     # state-dict round trip into a fresh build of the same spec, and the checkpoint file round trip
     torch.manual_seed(123)
-    fresh = create(name, K, shape, mean=[0.5] * shape[0], std=[0.25] * shape[0], **kwargs)
+    fresh = create(name, K, shape, **_stats(shape), **kwargs)
     fresh.load_state_dict(model.state_dict())
     save_checkpoint(tmp_path / "m.pt", model, classes=[f"c{k}" for k in range(K)])
     loaded, meta = load_checkpoint(tmp_path / "m.pt")
@@ -49,6 +56,12 @@ def check_model_contract(name: str, tmp_path, shape=(3, 16, 16), **kwargs) -> No
     top2 = z.topk(2, 1).values
     decided = (top2[:, 0] - top2[:, 1]) > 1e-4
     assert torch.equal(z_cl.argmax(1)[decided], z.argmax(1)[decided]), name
+    # bf16 autocast (the audit's --precision bf16) runs and stays close: an 8-bit mantissa, so
+    # agreement to a few percent of the logit scale
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        z_bf = cl(x.contiguous(memory_format=torch.channels_last))
+    assert z_bf.shape == (3, K) and torch.isfinite(z_bf).all(), f"{name}: bf16 autocast gives no finite logits"
+    assert (z_bf.float() - z).abs().max() <= 0.05 * z.abs().max() + 1e-2, f"{name}: bf16 autocast is far from fp32"
 
 
 def registered_models() -> list:
