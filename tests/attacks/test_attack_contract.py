@@ -2,9 +2,10 @@
 attack tests): each example name an attack registers (``forms=``) runs here, so a new attack file
 gets these tests with no edit to this one.
 
-Per-sample ball and [0, 1] box, eps 0 returns x exactly, input gradients only, modes restored,
-same seeded generator -> same result, ``run``'s prediction / fooled / fooled-step agree with the
-model at ``x_adv``, and a targeted attack never aims at the true label.
+Per-sample ball and [0, 1] box, eps 0 returns x exactly, some sample moves, input gradients only,
+modes restored, same seeded generator -> same result (``__call__`` gives ``run``'s ``x_adv``),
+``run``'s prediction / fooled / fooled-step agree with the model at ``x_adv``, a targeted attack never
+aims at the true label, and an attack with its own ``stream`` gives what ``run`` gives chunk by chunk.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from robfair.attacks import ATTACKS, NEVER, STEP_UNKNOWN, eval_mode, get_attack, parse_attack_name
+from robfair.attacks.base import Attack
 from robfair.errors import AttackError
 
 
@@ -32,6 +34,10 @@ def registered_forms() -> list:
         forms = e.meta.get("contract_forms") or e.meta.get("forms") or (e.name,)
         out += [pytest.param(f, marks=marks, id=f) for f in forms]
     return out
+
+
+# the common suffixes combined (the registrations' examples show them one or two at a time)
+COMBINED_FORMS = ["pgd3-r3", "pgd5-l2-cw-r2", "pgd5-cw-t", "rs-fgsm-cw", "fgsm-l2-cw-t"]
 
 
 def _dist(x_adv: torch.Tensor, x: torch.Tensor, norm: str) -> torch.Tensor:
@@ -56,6 +62,7 @@ def check_attack_contract(name: str, model: torch.nn.Module, x: torch.Tensor, ep
     assert x_adv.min() >= 0 and x_adv.max() <= 1
     assert torch.all(_dist(x_adv, x, atk.norm) <= eps + 1e-6), name
     assert torch.equal(x_adv[eps == 0], x[eps == 0])
+    assert not torch.equal(x_adv[eps > 0], x[eps > 0]), f"{name} moved no sample"
     # input gradients only, eval mode while attacking, each submodule's flag restored afterwards
     assert all(p.grad is None and p.requires_grad for p in model.parameters())
     if hasattr(model, "seen_training"):
@@ -73,9 +80,9 @@ def check_attack_contract(name: str, model: torch.nn.Module, x: torch.Tensor, ep
     assert torch.equal(step == NEVER, ~res.fooled), name
     assert bool(((step >= 0) | (step == STEP_UNKNOWN))[res.fooled].all()), name
     assert bool((res.fooled_run[~res.fooled] == -1).all()), name  # no run fooled an unfooled sample
-    # determinism: the same seeded generator gives the same result
-    again = atk.run(model, x, y, eps, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(again.x_adv, x_adv) and torch.equal(again.fooled, res.fooled), name
+    # determinism: the same seeded generator gives the same result, and __call__ is run's x_adv
+    again = atk(model, x, y, eps, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again, x_adv), name
     if getattr(atk, "targeted", False):
         # never the true label: explicit targets equal to y are refused, and the rule's own targets
         # fool samples whose true label the attack would otherwise only reinforce
@@ -85,15 +92,46 @@ def check_attack_contract(name: str, model: torch.nn.Module, x: torch.Tensor, ep
         assert res.fooled[big].any(), f"{name} fooled no sample at eps >= 1: are its targets the true labels?"
 
 
-@pytest.mark.parametrize("name", registered_forms())
-def test_every_registered_attack_keeps_the_contract(name, mixed_model):
+def check_stream_contract(name: str, model: torch.nn.Module, x: torch.Tensor, eps: torch.Tensor, **overrides) -> None:
+    """An attack that overrides :meth:`Attack.stream` (PGD refills its batch across chunks) must
+    yield, per chunk, what ``run`` gives chunk by chunk with the same generator, and leave the
+    generator in the same state."""
+    atk = get_attack(name, **overrides)
+    if type(atk).stream is Attack.stream:
+        return  # the default stream is run chunk by chunk
+    with torch.no_grad(), eval_mode(model):
+        y = model(x).argmax(1)
+    sizes = [5, 0, 7, len(y) - 12]
+    chunks, pos = [], 0
+    for m in sizes:
+        chunks.append((x[pos:pos + m], y[pos:pos + m], eps[pos:pos + m]))
+        pos += m
+    gen = torch.Generator().manual_seed(3)
+    one_by_one = [atk.run(model, *c, generator=gen, early_exit=True) for c in chunks]
+    gen2 = torch.Generator().manual_seed(3)
+    streamed = list(atk.stream(model, iter(chunks), generator=gen2, early_exit=True, batch_size=6))
+    assert [len(r) for r in streamed] == sizes, name
+    assert torch.equal(gen.get_state(), gen2.get_state()), f"{name}: stream draws other random numbers than run"
+    for a, b in zip(one_by_one, streamed):
+        assert torch.equal(a.fooled, b.fooled) and torch.equal(a.adv_pred, b.adv_pred), name
+        assert torch.equal(a.fooled_step, b.fooled_step) and torch.equal(a.fooled_run, b.fooled_run), name
+        assert torch.allclose(a.x_adv, b.x_adv, atol=1e-6, rtol=0), name
+
+
+def _contract_inputs() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     x = torch.rand(16, 3, 4, 4, generator=g)
     x[0] = 0.0
     x[1] = 1.0
-    eps = torch.tensor([0.0, 0.5, 0.0, 8 / 255, 0.03, 1.0, 0.3, 2.0] * 2)
-    base, _ = parse_attack_name(name)
-    check_attack_contract(name, mixed_model, x, eps, **ATTACKS.entry(base).meta.get("contract_overrides", {}))
+    return x, torch.tensor([0.0, 0.5, 0.0, 8 / 255, 0.03, 1.0, 0.3, 2.0] * 2)
+
+
+@pytest.mark.parametrize("name", registered_forms() + COMBINED_FORMS)
+def test_every_registered_attack_keeps_the_contract(name, mixed_model):
+    x, eps = _contract_inputs()
+    overrides = ATTACKS.entry(parse_attack_name(name)[0]).meta.get("contract_overrides", {})
+    check_attack_contract(name, mixed_model, x, eps, **overrides)
+    check_stream_contract(name, mixed_model.eval(), x, eps, **overrides)
 
 
 def test_every_attack_registers_example_forms_that_parse():
@@ -132,6 +170,7 @@ def test_a_new_attack_file_registers_itself_and_gets_the_contract(monkeypatch, t
     from robfair.attacks import describe_attacks
 
     assert drop_in(monkeypatch, tmp_path, "robfair.attacks", ATTACKS, "dummy_noise.py", DUMMY) == ["dummy-noise"]
+    assert {"dummy-noise", "dummy-noise-l2"} <= {p.id for p in registered_forms()}
     assert "dummy-noise" in [r["name"] for r in describe_attacks()]
     assert get_attack("dummy-noise-l2").norm == "l2"
     with pytest.raises(AttackError, match="does not take"):
@@ -144,3 +183,25 @@ def test_a_new_attack_file_registers_itself_and_gets_the_contract(monkeypatch, t
     # and the contract can fail: the same file with a step that leaves the ball
     with pytest.raises(AssertionError):
         check_attack_contract("dummy-noise", mixed_model, x, eps * 0 + 0.1, reach=3.0)
+    # ... an attack that returns x unchanged fails it
+    with pytest.raises(AssertionError, match="moved no sample"):
+        check_attack_contract("dummy-noise", mixed_model, x, eps, reach=0.0)
+
+
+DUMMY_STREAM = DUMMY.replace("dummy-noise", "dummy-stream").replace("class DummyNoise", "class DummyStream") + '''
+
+    def stream(self, model, chunks, *, generator=None, early_exit=True, batch_size=None, predict=True):
+        for x, y, eps in chunks:  # a fresh generator per chunk: not what run gives
+            yield self.run(model, x, y, eps, generator=torch.Generator().manual_seed(0), early_exit=early_exit)
+'''
+
+
+def test_a_new_attack_with_its_own_stream_gets_the_stream_contract(monkeypatch, tmp_path, mixed_model):
+    from _shared import drop_in
+
+    assert drop_in(monkeypatch, tmp_path, "robfair.attacks", ATTACKS, "dummy_stream.py", DUMMY_STREAM) == ["dummy-stream"]
+    x, eps = _contract_inputs()
+    check_attack_contract("dummy-stream", mixed_model, x, eps)
+    with pytest.raises(AssertionError, match="other random numbers"):
+        check_stream_contract("dummy-stream", mixed_model.eval(), x, eps)
+    check_stream_contract("pgd5", mixed_model.eval(), x, eps)  # the built-in override passes
