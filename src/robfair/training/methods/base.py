@@ -36,7 +36,17 @@ from ...registry import Registry
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import TrainConfig
 
-METHODS: Registry = Registry("method", ConfigError)
+class _MethodRegistry(Registry):
+    """The method registry: a registered class that does not set its own ``name`` gets the
+    registered one (errors and listings name the method, not its base class)."""
+
+    def add(self, name: str, obj: Any, **kw: Any) -> None:
+        super().add(name, obj, **kw)
+        if isinstance(obj, type) and "name" not in vars(obj):
+            obj.name = name
+
+
+METHODS: Registry = _MethodRegistry("method", ConfigError)
 
 
 def resolve_epoch(value: float, epochs: int) -> int:

@@ -84,7 +84,7 @@ class CFA(Method):
         calibrate_from: float = Field(0.05, ge=0, description="first epoch (0-based) calibrated; < 1: a fraction of "
                                                               "the run (0.05: the official --begin 10 of 200)")
         fawa: bool = Field(True, description="fairness-aware weight average, used for best.pt and the audit")
-        fawa_decay: float = Field(0.85, ge=0, lt=1)
+        fawa_decay: float = Field(0.85, ge=0, lt=1, description="FAWA's moving-average decay: average <- decay * average + (1 - decay) * weights")
         fawa_threshold: float = Field(0.2, ge=0, le=1, description="min class val robust acc to average an epoch")
         fawa_from: float = Field(0.25, ge=0, description="first epoch (0-based) that may enter the average; "
                                                          "< 1: a fraction of the run (0.25: 50 of 200)")
