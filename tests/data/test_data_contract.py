@@ -2,7 +2,8 @@
 gets these tests with no edit here.
 
 Each dataset is built from a tiny file in its format written here (``WRITERS``, reusing the format
-tests' writers), else from its default location (digits is embedded); a dataset with neither is skipped with the loader's own one-line reason. Both splits load
+tests' writers), else from its default location (digits is embedded); a dataset with neither is
+skipped with the loader's own one-line reason. Both splits load
 and validate; images are (N, C, H, W) in [0, 1], labels int64 in [0, K) with K class names, the same
 image shape and classes in both splits; loading twice gives the same tensors; ``limit`` and
 ``per_class`` draw the subset they promise.
@@ -79,9 +80,24 @@ def _cifar10_jpeg(d: Path) -> str:
     return f"cifar10-jpeg:{d / 'cifar10-jpeg.tar.gz'}"
 
 
+def _celeba(d: Path) -> str:
+    from test_data_groups import write_celeba
+
+    write_celeba(d)
+    return f"celeba:{d},size=5"
+
+
+def _utkface(d: Path) -> str:
+    from test_data_groups import write_utkface
+
+    write_utkface(d)
+    return f"utkface:{d},size=6"
+
+
 #: name -> writer(folder) -> spec: a tiny instance of the format, for datasets with no local copy
 WRITERS = {"npz": _npz, "imagefolder": _imagefolder, "cifar10": _cifar10, "cifar100": _cifar100,
-           "mnist": _idx("mnist"), "fashion-mnist": _idx("fashion-mnist"), "svhn": _svhn, "cifar10-jpeg": _cifar10_jpeg}
+           "mnist": _idx("mnist"), "fashion-mnist": _idx("fashion-mnist"), "svhn": _svhn, "cifar10-jpeg": _cifar10_jpeg,
+           "celeba": _celeba, "utkface": _utkface}
 
 
 def check_dataset_contract(spec: str) -> None:
@@ -96,6 +112,10 @@ def check_dataset_contract(spec: str) -> None:
     assert tr.x.shape[1:] == te.x.shape[1:] and tr.classes == te.classes, spec
     again = load_dataset(spec, split="test")
     assert torch.equal(again.x, te.x) and torch.equal(again.y, te.y), f"{spec}: two loads differ"
+    if te.g is not None:  # a subset that empties a protected group is refused by design: subset by class only
+        spec = f"{spec},groups=none"
+        te = load_dataset(spec, split="test")
+        assert te.g is None, spec
     small = load_dataset(f"{spec},limit=2", split="test")
     assert len(small) == 2, spec
     one = load_dataset(f"{spec},per_class=1", split="test")

@@ -59,8 +59,9 @@ def _face(path, idx: int, side: int = 6):
     Image.fromarray(a).save(path, format="PNG")
 
 
-@pytest.fixture
-def utk(tmp_path):
+def write_utkface(tmp_path):
+    """A tiny UTKFace folder (tmp_path/UTKFace: 50 faces, 5 per (gender, race) cell, one malformed
+    name, one stray file); returns (tmp_path, [(index, age, gender, race), ...])."""
     root = tmp_path / "UTKFace"
     root.mkdir()
     rng = np.random.default_rng(0)
@@ -77,6 +78,11 @@ def utk(tmp_path):
     Image.fromarray(np.zeros((6, 6, 3), np.uint8)).save(root / "39_1_20170116174525125.jpg.chip.jpg", format="PNG")
     (root / "notes.txt").write_text("not a face")
     return tmp_path, files
+
+
+@pytest.fixture
+def utk(tmp_path):
+    return write_utkface(tmp_path)
 
 
 def test_utkface_names():
@@ -138,7 +144,8 @@ def test_utkface_bad_groups_and_empty_groups(utk, tmp_path):
 ATTRS = ["Smiling", "Male", "Young"]
 
 
-def _celeba(root, csv: bool = False, nested: bool = False):
+def write_celeba(root, csv: bool = False, nested: bool = False):
+    """A tiny CelebA folder (12 images 7x5, 3 attributes, 4 per partition); returns (values, partitions)."""
     rng = np.random.default_rng(1)
     n = 12
     vals = rng.choice([-1, 1], size=(n, 3))
@@ -166,7 +173,7 @@ def _celeba(root, csv: bool = False, nested: bool = False):
 
 @pytest.mark.parametrize("csv,nested", [(False, False), (True, True)])
 def test_celeba_attributes_partitions_and_crop(tmp_path, csv, nested):
-    vals, part = _celeba(tmp_path, csv=csv, nested=nested)
+    vals, part = write_celeba(tmp_path, csv=csv, nested=nested)
     te = load_dataset(f"celeba:{tmp_path},size=5", "test")
     assert te.classes == ["not Smiling", "Smiling"] and te.group_names == ["not Male", "Male"]
     assert te.y.tolist() == [int(v > 0) for v in vals[8:, 0]] and te.g.tolist() == [int(v > 0) for v in vals[8:, 1]]
@@ -181,7 +188,7 @@ def test_celeba_attributes_partitions_and_crop(tmp_path, csv, nested):
 
 
 def test_celeba_errors(tmp_path):
-    _celeba(tmp_path)
+    write_celeba(tmp_path)
     with pytest.raises(DataError, match=r"celeba has no attribute 'Smilling' \(did you mean 'Smiling'\?\)"):
         load_dataset(f"celeba:{tmp_path},label=Smilling", "test")
     with pytest.raises(DataError, match=r"dataset 'celeba' has no group attribute 'race'; choose one of: class, Smiling"):

@@ -4,14 +4,10 @@ Every module in this package is imported here, so a new method is one new file w
 decorated with ``@METHODS.register("name")``.
 """
 
-import importlib
-import pkgutil
-
+from ...registry import import_submodules
 from .base import METHODS, Method, TrainContext, build_method, describe_method, describe_methods
 
-for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _m != "base" and not _m.startswith("_"):
-        importlib.import_module(f"{__name__}.{_m}")
+import_submodules(__name__, __path__, skip=("base",))
 
 from .pgd_at import PGDAT  # noqa: E402
 from .standard import Standard  # noqa: E402
