@@ -11,6 +11,7 @@ image shape and classes in both splits; loading twice gives the same tensors; ``
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -41,26 +42,11 @@ def _imagefolder(d: Path) -> str:
     return f"imagefolder:{d}"
 
 
-def _cifar10(d: Path) -> str:
-    from test_data_cifar import write_cifar10
-
-    write_cifar10(d)
-    return f"cifar10:{d}"
-
-
-def _cifar100(d: Path) -> str:
-    from test_data_cifar import write_cifar100
-
-    write_cifar100(d)
-    return f"cifar100:{d}"
-
-
-def _idx(name: str):
+def _writer(module: str, func: str, name: str, options: str = ""):
+    """A writer from a format test's module: ``module.func(folder)``, then the spec ``name:folder``."""
     def write(d: Path) -> str:
-        from test_data_idx import write_mnist
-
-        write_mnist(d)
-        return f"{name}:{d}"
+        getattr(importlib.import_module(module), func)(d)
+        return f"{name}:{d}{options}"
 
     return write
 
@@ -80,24 +66,14 @@ def _cifar10_jpeg(d: Path) -> str:
     return f"cifar10-jpeg:{d / 'cifar10-jpeg.tar.gz'}"
 
 
-def _celeba(d: Path) -> str:
-    from test_data_groups import write_celeba
-
-    write_celeba(d)
-    return f"celeba:{d},size=5"
-
-
-def _utkface(d: Path) -> str:
-    from test_data_groups import write_utkface
-
-    write_utkface(d)
-    return f"utkface:{d},size=6"
-
-
 #: name -> writer(folder) -> spec: a tiny instance of the format, for datasets with no local copy
-WRITERS = {"npz": _npz, "imagefolder": _imagefolder, "cifar10": _cifar10, "cifar100": _cifar100,
-           "mnist": _idx("mnist"), "fashion-mnist": _idx("fashion-mnist"), "svhn": _svhn, "cifar10-jpeg": _cifar10_jpeg,
-           "celeba": _celeba, "utkface": _utkface}
+WRITERS = {"npz": _npz, "imagefolder": _imagefolder, "svhn": _svhn, "cifar10-jpeg": _cifar10_jpeg,
+           "cifar10": _writer("test_data_cifar", "write_cifar10", "cifar10"),
+           "cifar100": _writer("test_data_cifar", "write_cifar100", "cifar100"),
+           "mnist": _writer("test_data_idx", "write_mnist", "mnist"),
+           "fashion-mnist": _writer("test_data_idx", "write_mnist", "fashion-mnist"),
+           "celeba": _writer("test_data_groups", "write_celeba", "celeba", ",size=5"),
+           "utkface": _writer("test_data_groups", "write_utkface", "utkface", ",size=6")}
 
 
 def check_dataset_contract(spec: str) -> None:
