@@ -36,6 +36,17 @@ def registered_forms() -> list:
     return out
 
 
+def registered_attacks() -> list:
+    """One form per registered attack (its first contract form), with the same marks."""
+    out, seen = [], set()
+    for p in registered_forms():
+        base = ATTACKS.entry(parse_attack_name(p.values[0])[0]).name
+        if base not in seen:
+            seen.add(base)
+            out.append(p)
+    return out
+
+
 # the common suffixes combined (the registrations' examples show them one or two at a time)
 COMBINED_FORMS = ["pgd3-r3", "pgd5-l2-cw-r2", "pgd5-cw-t", "rs-fgsm-cw", "fgsm-l2-cw-t"]
 
@@ -118,6 +129,27 @@ def check_stream_contract(name: str, model: torch.nn.Module, x: torch.Tensor, ep
         assert torch.allclose(a.x_adv, b.x_adv, atol=1e-6, rtol=0), name
 
 
+def check_half_precision(name: str, precision: str, **overrides) -> None:
+    """``precision="bf16"/"fp16"`` on CPU: every forward the attack takes a gradient through runs at
+    that precision (the attack calls ``self.logits(model, x)``), and ``x_adv`` is still fp32, finite,
+    in the box and in each sample's ball."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.rand(32, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    eps = torch.linspace(0, 0.3, 32)
+    dtypes = []
+    model[1].register_forward_hook(lambda m, i, o: dtypes.append(o.dtype) if torch.is_grad_enabled() else None)
+    atk = get_attack(name, precision=precision, **overrides)
+    x_adv = atk(model, x, y, eps, generator=torch.Generator().manual_seed(0))
+    assert x_adv.dtype == torch.float32 and torch.isfinite(x_adv).all(), name
+    assert x_adv.min() >= 0 and x_adv.max() <= 1 and torch.all(_dist(x_adv, x, atk.norm) <= eps + 1e-6), name
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    wrong = sorted({str(d) for d in dtypes if d != half})
+    assert not wrong, f"{name}: forwards with gradients ran at {wrong} under precision {precision}; use self.logits(model, x)"
+
+
 def _contract_inputs() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     x = torch.rand(16, 3, 4, 4, generator=g)
@@ -132,6 +164,12 @@ def test_every_registered_attack_keeps_the_contract(name, mixed_model):
     overrides = ATTACKS.entry(parse_attack_name(name)[0]).meta.get("contract_overrides", {})
     check_attack_contract(name, mixed_model, x, eps, **overrides)
     check_stream_contract(name, mixed_model.eval(), x, eps, **overrides)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("name", registered_attacks())
+def test_every_registered_attack_runs_at_half_precision_on_cpu(name, precision):
+    check_half_precision(name, precision, **ATTACKS.entry(parse_attack_name(name)[0]).meta.get("contract_overrides", {}))
 
 
 def test_every_attack_registers_example_forms_that_parse():
@@ -205,3 +243,38 @@ def test_a_new_attack_with_its_own_stream_gets_the_stream_contract(monkeypatch, 
     with pytest.raises(AssertionError, match="other random numbers"):
         check_stream_contract("dummy-stream", mixed_model.eval(), x, eps)
     check_stream_contract("pgd5", mixed_model.eval(), x, eps)  # the built-in override passes
+
+
+DUMMY_GRAD = '''
+import torch
+
+from robfair.attacks.base import Attack, project
+from robfair.attacks.registry import ATTACKS
+
+
+@ATTACKS.register("dummy-step", help="test only: one signed gradient step", forms=("dummy-step",))
+class DummyStep(Attack):
+    def __init__(self, *, norm="linf", precision="fp32", name=None):
+        super().__init__(precision=precision)
+        self.norm = norm
+        self.name = name or "dummy-step"
+
+    def perturb(self, model, x, y, eps, *, generator, early_exit):
+        xa = x.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(self.logits(model, xa), y, reduction="sum"), xa)
+        return project((x + eps * g.sign()).clamp(0, 1), x, eps, self.norm).detach()
+'''
+
+
+def test_a_new_attack_gets_the_half_precision_check(monkeypatch, tmp_path):
+    from _shared import drop_in
+
+    assert drop_in(monkeypatch, tmp_path, "robfair.attacks", ATTACKS, "dummy_step.py", DUMMY_GRAD) == ["dummy-step"]
+    assert "dummy-step" in {p.id for p in registered_attacks()}
+    for precision in ("bf16", "fp16"):
+        check_half_precision("dummy-step", precision)
+    # the check can fail: the same attack calling the model directly ignores the precision
+    direct = DUMMY_GRAD.replace("dummy-step", "dummy-direct").replace("self.logits(model, xa)", "model(xa)")
+    drop_in(monkeypatch, tmp_path, "robfair.attacks", ATTACKS, "dummy_direct.py", direct)
+    with pytest.raises(AssertionError, match="use self.logits"):
+        check_half_precision("dummy-direct", "bf16")

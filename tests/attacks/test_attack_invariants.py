@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from robfair.attacks import FGSM, PGD, TradesKL, get_attack
+from robfair.attacks import PGD, TradesKL, get_attack
 from robfair.errors import AttackError
 
 
@@ -173,21 +173,11 @@ def test_targeted_fgsm_and_temperature_run(mlp_factory):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_half_precision_paths_run_on_cpu(precision, mlp_factory):
+def test_pgd_at_half_precision_still_fools(precision, mlp_factory):
+    # every registered attack's half-precision path: test_attack_contract.py
     model = mlp_factory(dtype=torch.float32)
-    dtypes = []
-    # the attack's own passes (with grad) run at half precision; success checks are confirmed in fp32
-    model[1].register_forward_hook(lambda m, i, o: dtypes.append(o.dtype) if torch.is_grad_enabled() else None)
     x = torch.rand(32, 20, generator=torch.Generator().manual_seed(0))
     y = model(x).argmax(1)
-    dtypes.clear()
-    eps = torch.linspace(0, 0.2, 32)
-    for atk in (PGD(5, precision=precision), TradesKL(3, precision=precision), FGSM(precision=precision)):
-        x_adv = atk(model, x, y, eps, generator=torch.Generator().manual_seed(0))
-        assert x_adv.dtype == torch.float32 and torch.isfinite(x_adv).all()
-        assert torch.all((x_adv - x).abs().amax(1) <= eps + 1e-6) and x_adv.min() >= 0 and x_adv.max() <= 1
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    assert dtypes and all(d == half for d in dtypes)  # autocast really engaged
     fooled = (model(PGD(10, precision=precision)(model, x, y, 0.2, generator=torch.Generator().manual_seed(0))).argmax(1) != y)
     assert fooled.double().mean() > 0.3
 
