@@ -21,9 +21,15 @@ VARIANTS = [
 ]
 
 
+SMALL_SHAPES = [(1, 8, 8), (2, 12, 16)]
+
+
 def registered_builds() -> list:
-    """Every registered architecture at its ``contract_kwargs`` (a new model file is picked up here)."""
-    return [pytest.param(e.name, e.meta.get("contract_kwargs", {}), id=e.name) for e in MODELS]
+    """(name, kwargs, in_shape) for every registered architecture at its ``contract_kwargs`` and every
+    shape; a registration with ``contract_shape`` (a large model, built small for its contract) runs
+    at the small shapes only. A new model file is picked up here."""
+    return [pytest.param(e.name, e.meta.get("contract_kwargs", {}), s, id=f"{e.name}-{s}")
+            for e in MODELS for s in (SMALL_SHAPES if "contract_shape" in e.meta else SHAPES)]
 
 
 def check_forward_shape(name: str, kwargs: dict, in_shape: tuple) -> None:
@@ -36,8 +42,8 @@ def check_forward_shape(name: str, kwargs: dict, in_shape: tuple) -> None:
     assert torch.isfinite(out).all(), (name, in_shape)
 
 
-@pytest.mark.parametrize("in_shape", SHAPES, ids=str)
-@pytest.mark.parametrize("name,kwargs", registered_builds() + [pytest.param(n, kw, id=f"{n}-{kw}") for n, kw in VARIANTS])
+@pytest.mark.parametrize("name,kwargs,in_shape", registered_builds() + [
+    pytest.param(n, kw, s, id=f"{n}-{kw}-{s}") for n, kw in VARIANTS for s in SHAPES])
 def test_forward_shape(name, kwargs, in_shape):
     """Every architecture takes 1-3 channels, small / square / non-square images and any class count."""
     check_forward_shape(name, kwargs, in_shape)
@@ -60,7 +66,7 @@ def test_a_new_model_file_gets_the_shape_tests(monkeypatch, tmp_path):
     from _shared import drop_in
 
     assert drop_in(monkeypatch, tmp_path, "robfair.models", MODELS, "dummy_pool.py", DUMMY) == ["dummy-pool"]
-    assert "dummy-pool" in [p.id for p in registered_builds()]
+    assert {p.values[2] for p in registered_builds() if p.values[0] == "dummy-pool"} == set(SHAPES)
     for in_shape in SHAPES:
         check_forward_shape("dummy-pool", {}, in_shape)
     # and the check can fail: a model built for one image size only
