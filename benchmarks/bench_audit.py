@@ -21,12 +21,23 @@ speed-up within 10% of the bound. Then channels_last (and the 1-channel stride t
 channels_last model fed default-stride inputs, as a random start drawn in the default layout did),
 and bf16 autocast, emulated on a CPU without bf16 units (robfair refuses it there by default).
 
+Beside the bound, ``model x`` is what the passes each way actually ran allow: every forward pass
+costs a + b * n (n samples; a, b fitted on this machine at the start, with and without the input
+gradient), so ``model x`` = the full way's passes over the refill way's under that cost. Where
+``refill/bound`` falls short, ``model x`` says how much of it the fixed cost of the passes (the
+>= k + 1 sequential passes a sample never fooled needs, run on a draining batch at the end of the
+stream) explains; the rest is bookkeeping. ``--split all`` streams the whole digits set (1,797
+images), which amortises that tail.
+
 Timing: CPU clock (``time.process_time``), one torch thread by default, variants alternate within
-each repeat (rotating order), median over repeats; ratios are within this run only.
+each repeat (rotating order), median over repeats; ratios are within this run only. The glibc
+allocator is tuned as the CLI tunes it (:func:`robfair.utils.tune_allocator`: freed memory is kept,
+not page-faulted back every step); ``ROBFAIR_NO_MALLOPT=1`` measures the untuned allocator.
 
     python benchmarks/bench_audit.py                 # 30 training epochs, 5 repeats
     python benchmarks/bench_audit.py --quick         # CI smoke run: 3 epochs, 1 repeat, subset
     python benchmarks/bench_audit.py --out ckpts     # keep the trained models (reuse with --st/--at)
+    python benchmarks/bench_audit.py --st ckpts/standard.pt --at ckpts/pgd-at.pt --split all
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from robfair.audit import evaluate
 from robfair.data import Dataset
 from robfair.data import load_dataset
 from robfair.models import load_checkpoint, save_checkpoint
+from robfair.utils import tune_allocator
 
 
 def trained(method: str, epochs: int, out: Path, eps: float):
@@ -81,6 +93,43 @@ def engine(model, ds, eps, mode: str, batch: int, steps: int):
     return torch.from_numpy(out.adv_pred[name][0] != out.y), torch.from_numpy(out.first_step[name][0])
 
 
+class Passes:
+    """Records every forward pass of a model: (batch size, with input gradient)."""
+
+    def __init__(self, model) -> None:
+        self.calls: list[tuple[int, bool]] = []
+        model.register_forward_pre_hook(lambda _m, inp: self.calls.append((int(inp[0].shape[0]),
+                                                                           torch.is_grad_enabled())))
+
+
+def pass_cost(model, x, y, batch: int, reps: int = 30) -> dict:
+    """Fitted cost of one forward pass, a + b * n CPU seconds, with the input gradient ("grad") and
+    without ("plain"): medians of interleaved timings at n = 1 and n = batch."""
+    sizes = (1, min(batch, len(y)))
+    t = {(g, n): [] for g in (True, False) for n in sizes}
+    for _ in range(reps):
+        for n in sizes:
+            xb = x[:n].clone()
+            t0 = time.process_time()
+            xg = xb.requires_grad_(True)
+            (gr,) = torch.autograd.grad(torch.nn.functional.cross_entropy(model(xg), y[:n]), xg)
+            t[(True, n)].append(time.process_time() - t0)
+            t0 = time.process_time()
+            with torch.no_grad():
+                model(xb)
+            t[(False, n)].append(time.process_time() - t0)
+    out = {}
+    for g in (True, False):
+        m1, mb = (statistics.median(t[(g, n)]) for n in sizes)
+        b = max(0.0, (mb - m1) / (sizes[1] - 1))
+        out[g] = (max(0.0, m1 - b), b)
+    return out
+
+
+def modelled(calls: list[tuple[int, bool]], cost: dict) -> float:
+    return sum(cost[g][0] + cost[g][1] * n for n, g in calls)
+
+
 def alternate(fns: dict, repeats: int) -> dict:
     """Median CPU seconds per variant; variants alternate, the order rotating every repeat."""
     names = list(fns)
@@ -110,6 +159,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None, help="keep the trained checkpoints in this folder")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    tuned = tune_allocator()
     torch.manual_seed(0)
     epochs, repeats = (3, 1) if args.quick else (30, 5)
     repeats = args.repeats or repeats
@@ -130,19 +180,32 @@ def main(argv=None) -> int:
                     save_checkpoint(args.out / f"{name}.pt", models[name], classes=list(ds.classes))
     print(f"# bench_audit: digits {'test' if args.split == 'test' else 'train+test'} n={len(y)}, PGD-{args.steps} L-inf, batch {args.batch}, "
           f"CPU clock, median of {repeats}, alternating{' [quick]' if args.quick else ''}")
-    print(f"# hardware: {hardware.describe('cpu')}")
-    print()
+    print(f"# hardware: {hardware.describe('cpu')}; glibc allocator tuned: {tuned}")
     k = args.steps
+    passes = {name: Passes(model) for name, model in models.items()}
+    costs = {name: pass_cost(model, x, y, args.batch) for name, model in models.items()}
+    for name, c in costs.items():
+        print(f"# one forward pass ({name}): with input gradient {c[True][0] * 1e3:.2f} ms + "
+              f"{c[True][1] * 1e3:.3f} ms/sample, without {c[False][0] * 1e3:.2f} ms + {c[False][1] * 1e3:.3f} ms/sample")
+    print()
 
     def table(run) -> bool:
         """One row per (model, eps): the three ways timed by ``run(model, eps, mode)``; True when
         every outcome matched."""
         print(f"{'model':<9} {'eps':>5} {'rob acc':>8} {'same':>5} {'full s':>7} {'early s':>8} {'refill s':>9} "
-              f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13}")
+              f"{'early x':>8} {'refill x':>9} {'bound x':>8} {'refill/bound':>13} {'passes f/e/r':>13} {'model x':>8}")
         good = True
         for name, model in models.items():
             for eps in args.eps:
-                fns = {m: (lambda m=m: run(model, eps, m)) for m in ("full", "early", "refill")}
+                calls = {}
+
+                def once(m, model=model, eps=eps, name=name):
+                    passes[name].calls.clear()
+                    res = run(model, eps, m)
+                    calls[m] = list(passes[name].calls)
+                    return res
+
+                fns = {m: (lambda m=m: once(m)) for m in ("full", "early", "refill")}
                 t, out = alternate(fns, repeats)
                 fooled, fstep = out["full"]
                 same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
@@ -150,8 +213,11 @@ def main(argv=None) -> int:
                 needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
                 bound = len(y) * (k + 1) / needed
                 sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
+                npass = "/".join(str(sum(g for _, g in calls[m])) for m in ("full", "early", "refill"))
+                mx = modelled(calls["full"], costs[name]) / modelled(calls["refill"], costs[name])
                 print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
-                      f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f}")
+                      f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f} "
+                      f"{npass:>13} {mx:>7.2f}x")
         return good
 
     ok = table(lambda model, eps, m: attack(model, x, y, eps, m, args.batch, k))

@@ -45,6 +45,20 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(flags)
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip().lower() in ("model name", "hardware", "cpu model") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _device(device: Any):
     return device if isinstance(device, torch.device) else torch.device(str(device))
 
@@ -86,7 +100,7 @@ def describe(device: Any = "cpu") -> str:
         name = torch.cuda.get_device_name(dev)
         cap = ".".join(map(str, torch.cuda.get_device_capability(dev)))
         return f"cuda {name} (sm {cap}); {red}; torch {torch.__version__}"
-    cpu = platform.processor() or platform.machine()
+    cpu = f"{cpu_model()} ({platform.machine()})"
     return (f"{dev.type} {cpu}, torch CPU capability {cpu_capability()}, {os.cpu_count()} logical cores, "
             f"{torch.get_num_threads()} torch threads; {red}; torch {torch.__version__}")
 

@@ -166,6 +166,64 @@ def test_stream_equals_chunk_by_chunk_and_keeps_the_batch_full(mlp_factory, name
         assert full >= len(passes) - (atk.steps + 1) * runs - len(sizes), passes
 
 
+def test_stream_checks_the_last_iterate_without_gradient_in_full_batches(mlp_factory):
+    """A row whose next forward is only its final check leaves the gradient batch (its place
+    refills) and is checked with the others without gradient: the gradient passes cover exactly
+    the steps that need a gradient, the gradient-free ones exactly the rows never fooled before
+    their last iterate, at most a batch at a time; outcomes equal chunk by chunk."""
+    model = mlp_factory(dtype=torch.float32)
+    x, y = _data(model, n=330, seed=4)
+    eps = torch.rand(len(y), generator=torch.Generator().manual_seed(5)) * 0.2
+    sizes, k, batch = [64, 64, 64, 64, 64, 10], 6, 64
+    atk = PGD(k)
+    calls = []
+    hook = model[1].register_forward_hook(lambda m, i, o: calls.append((i[0].shape[0], torch.is_grad_enabled())))
+    streamed = list(atk.stream(model, iter(_chunks(x, y, eps, sizes)), generator=torch.Generator().manual_seed(1),
+                               early_exit=True, batch_size=batch))
+    hook.remove()
+    gen = torch.Generator().manual_seed(1)
+    one_by_one = [atk.run(model, *c, generator=gen, early_exit=True) for c in _chunks(x, y, eps, sizes)]
+    for a, b in zip(one_by_one, streamed):
+        assert torch.equal(a.adv_pred, b.adv_pred) and torch.equal(a.fooled_step, b.fooled_step)
+    step = torch.cat([r.fooled_step for r in streamed])
+    last = int(((step == NEVER) | (step == k)).sum())  # rows whose last iterate had to be checked
+    assert 0 < last < len(y) and (step == NEVER).any() and (step >= 0).any()
+    with_grad = [n for n, g in calls if g]
+    without = [n for n, g in calls if not g]
+    assert sum(with_grad) == int(torch.where((step >= 0) & (step < k), step + 1, k).sum())
+    assert sum(without) == last and max(without) <= batch and len(without) < last / 8
+    assert max(with_grad) == batch
+
+
+def test_stream_loads_more_chunks_while_a_slow_sample_holds_the_oldest(mlp_factory, monkeypatch):
+    """Chunks whose samples fall at once but one (eps 0: never fooled, all k + 1 passes): with
+    only MAX_LOADED chunks loaded the batch drains while the oldest waits; within LOAD_BUDGET more
+    chunks load and the batch stays full. Same outcomes, fewer passes."""
+    from robfair.attacks import pgd
+
+    model = mlp_factory(dtype=torch.float32)
+    x, y = _data(model, n=16 * 12, seed=6)
+    eps = torch.full((len(y),), 1.0)
+    eps[::16] = 0.0  # one sample per chunk keeps its clean prediction through every step
+    y[::16] = model(x[::16]).argmax(1).detach()
+    chunks = _chunks(x, y, eps, [16] * 12)
+    atk = PGD(10)
+    runs, default = {}, pgd.LOAD_BUDGET
+    for budget in (default, 0):
+        monkeypatch.setattr(pgd, "LOAD_BUDGET", budget)
+        calls = []
+        hook = model[1].register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+        runs[budget] = (list(atk.stream(model, iter(chunks), generator=torch.Generator().manual_seed(2),
+                                        early_exit=True, batch_size=16)), calls)
+        hook.remove()
+    (big, big_calls), (small, small_calls) = runs[default], runs[0]
+    for a, b in zip(big, small):
+        assert torch.equal(a.adv_pred, b.adv_pred) and torch.equal(a.fooled_step, b.fooled_step)
+    assert (torch.cat([r.fooled_step for r in big])[::16] == NEVER).all()
+    assert sum(big_calls) == sum(small_calls)
+    assert len(big_calls) < len(small_calls)
+
+
 def test_stream_accepts_chunk_objects_with_clean_logits_and_training_keep_last(mlp_factory):
     model = mlp_factory(dtype=torch.float32)
     x, y = _data(model, n=100, seed=3)

@@ -28,10 +28,14 @@ Early exit and streaming
     ``early_exit=True`` removes fooled samples from the active batch, so later steps get cheaper.
     :meth:`PGD.stream` goes further: it attacks a sequence of chunks (e.g. a dataset's batches) and
     refills the active batch from the chunks still to come, so late steps still run at full batch
-    size. Every sample's computation depends only on itself (eval mode) and its random starts are
-    drawn when its chunk is loaded, for the whole chunk, run after run, so the outcome per sample,
-    the generator's state afterwards and the result of each chunk are the same with and without
-    early exit, and the same streamed or chunk by chunk.
+    size. A sample whose next forward is only the check of its last iterate leaves the gradient
+    batch at once (its place refills) and waits for a batch of such checks, run without gradient.
+    Up to MAX_LOADED chunks are held, more while their state fits in LOAD_BUDGET (a chunk is
+    yielded when its slowest sample is done, k + 1 passes at most, and the chunks behind it must
+    keep the batch full meanwhile). Every sample's computation depends only on itself (eval
+    mode) and its random starts are drawn when its chunk is loaded, for the whole chunk, run after
+    run, so the outcome per sample, the generator's state afterwards and the result of each chunk
+    are the same with and without early exit, and the same streamed or chunk by chunk.
 
 Training semantics (``keep="last"``)
     Returns the plain last iterate (the usual adversarial-training input) and skips the success
@@ -58,8 +62,12 @@ KEEPS = ("first-success", "last")
 TARGET_RULES = ("top", "random")
 #: target classes of the default ``-t`` rule (AutoAttack's APGD-T uses 9), capped at K - 1
 DEFAULT_TARGETS = 9
-#: chunks a stream holds at once (the active batch refills from them)
+#: chunks a stream may always hold at once (the active batch refills from them) ...
 MAX_LOADED = 4
+#: ... and more while the loaded chunks' state (inputs, results, random starts) stays under this many
+#: bytes: a chunk waits for its slowest sample (up to k + 1 passes), and fast-fooled chunks behind it
+#: must keep the batch full meanwhile
+LOAD_BUDGET = 256 << 20
 
 
 @dataclass
@@ -263,6 +271,7 @@ class _ChunkState:
         self.frun = torch.full((n,), NEVER, dtype=torch.long, device=dev)
         self.entered = 0
         self.left = 0
+        self.nbytes = 2 * x.nbytes + (0 if self.starts is None else self.starts.nbytes)
 
     def start(self, run: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         return self.x[i] if self.starts is None else self.starts[run, i]
@@ -300,10 +309,19 @@ class _Pool:
         self.exhausted = False
         self.rows: dict[str, torch.Tensor] | None = None
         self.layout: tuple[int, ...] | None = None
+        # rows whose last forward is only the final check (last step of their last run): they
+        # leave the gradient batch and are checked together in one no-grad forward
+        self.checks: list[dict[str, torch.Tensor]] = []
+        self.n_checks = 0
+        self.loaded_bytes = 0
+
+    def _can_load(self) -> bool:
+        """Another chunk may be loaded: MAX_LOADED always, more within LOAD_BUDGET."""
+        return not self.exhausted and (len(self.order) < MAX_LOADED or self.loaded_bytes < LOAD_BUDGET)
 
     # -- input ------------------------------------------------------------------------------
     def _load(self) -> bool:
-        if self.exhausted or len(self.order) >= MAX_LOADED:
+        if not self._can_load():
             return False
         try:
             item = next(self.chunks)
@@ -321,6 +339,7 @@ class _Pool:
         if self.layout is None and cs.n and cs.x.stride(0) == cs.x[0].numel():
             self.layout = tuple(cs.x.stride()[1:])
         self.loaded[self.next_id] = cs
+        self.loaded_bytes += cs.nbytes
         self.order.append(self.next_id)
         self.next_id += 1
         return True
@@ -369,32 +388,70 @@ class _Pool:
             ready = []
             while self.order and self.loaded[self.order[0]].left == self.loaded[self.order[0]].n:
                 cs = self.loaded.pop(self.order.pop(0))
+                self.loaded_bytes -= cs.nbytes
                 ready.append(cs.result(self.atk, self.model, self.predict))
             if ready:
                 return ready
             if not self._iterate():
                 return []
 
-    def _by_chunk(self, mask: torch.Tensor):
+    def _by_chunk(self, mask: torch.Tensor, R: dict[str, torch.Tensor] | None = None):
+        R = self.rows if R is None else R
         rows = mask.nonzero().squeeze(1)
         if rows.numel() == 0:
             return
-        cids = self.rows["c"][rows]
+        cids = R["c"][rows]
         for cid in torch.unique(cids).tolist():
             sel = rows[cids == cid]
-            yield self.loaded[cid], sel, self.rows["i"][sel]
+            yield self.loaded[cid], sel, R["i"][sel]
 
     def _iterate(self) -> bool:
-        """One forward (+ input gradient) over the active rows. False when nothing is left."""
-        atk, model = self.atk, self.model
+        """One forward (+ input gradient) over the active rows, or the no-grad final check of
+        the rows waiting for it. False when nothing is left."""
         self._fill()
         self._finish_plain()
         R = self.rows
-        if R is None or R["i"].shape[0] == 0:
+        active = 0 if R is None else R["i"].shape[0]
+        if active == 0:
+            if self.checks:
+                self._check_final()
+                return True
             # nothing active: whatever is loaded is finished (or nothing is left at all)
             if self.order and self.loaded[self.order[0]].left != self.loaded[self.order[0]].n:
                 raise RuntimeError("PGD stream stalled with unfinished samples and no active rows")
             return bool(self.order)
+        self.rows = self._pass(R)
+        if self.checks and (self.n_checks >= self.batch or self._blocked(active)):
+            self._check_final()
+        return True
+
+    def _blocked(self, active: int) -> bool:
+        """The batch is under-full because no more chunks may be loaded, and the oldest chunk
+        waits only for final checks set aside: checking them frees it."""
+        if active >= self.batch or self.exhausted or self._can_load() or not self.order:
+            return False
+        cs = self.loaded[self.order[0]]
+        waiting = sum(int((r["c"] == self.order[0]).sum()) for r in self.checks)
+        return waiting == cs.n - cs.left
+
+    def _check_final(self) -> None:
+        """The final check of the rows set aside (at most one batch, oldest first), in one
+        forward without gradient."""
+        parts, self.checks, self.n_checks = self.checks, [], 0
+        R = parts[0] if len(parts) == 1 else {k: torch.cat([r[k] for r in parts]) for k in parts[0]}
+        n = R["i"].shape[0]
+        if n > self.batch:  # the rest waits for the next check
+            self.checks, self.n_checks = [{k: v[self.batch:] for k, v in R.items()}], n - self.batch
+            R = {k: v[:self.batch] for k, v in R.items()}
+        R["xa"] = self._relayout(R["xa"])
+        rest = self._pass(R)
+        if rest is not None and rest["i"].shape[0]:
+            raise RuntimeError("PGD stream: a row kept its place after its final check")
+
+    def _pass(self, R: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """One forward over the rows ``R`` (with the input gradient unless all are final), the
+        success checks and the next step; returns the rows that stay."""
+        atk, model = self.atk, self.model
         steps = atk.steps
         track = atk.keep == "first-success"
         final = R["t"] == steps
@@ -432,7 +489,7 @@ class _Pool:
             fooled[cand] = p32 != R["y"][cand]
         new = fooled & ~R["done"]
         if bool(new.any()):
-            for cs, sel, i in self._by_chunk(new):
+            for cs, sel, i in self._by_chunk(new, R):
                 cs.out[i] = xa[sel]
                 cs.pred[i] = pred[sel]
                 cs.fstep[i] = R["t"][sel]
@@ -443,7 +500,7 @@ class _Pool:
             score = atk._score(z, R["y"]).double()
             better = final & ~fooled & ~R["done"] & ((score > R["best"]) | (R["run"] == 0))
             if bool(better.any()):
-                for cs, sel, i in self._by_chunk(better):
+                for cs, sel, i in self._by_chunk(better, R):
                     cs.out[i] = xa[sel]
                     cs.pred[i] = pred[sel]
                 R["best"] = torch.where(better, score, R["best"])
@@ -462,15 +519,14 @@ class _Pool:
             R["t"] = R["t"] + go.long()
         if bool(nxt.any()):
             xa = xa.clone() if not bool(go.any()) else xa
-            for cs, sel, i in self._by_chunk(nxt):
+            for cs, sel, i in self._by_chunk(nxt, R):
                 run = R["run"][sel] + 1
                 xa[sel] = cs.start(run, i)
                 R["tgt"][sel] = cs.target(run, i)
                 R["run"][sel] = run
                 R["t"][sel] = 0
         R["xa"] = xa
-        self._drop(leave)
-        return True
+        return self._drop(leave, R)
 
     def _finish_plain(self) -> None:
         """Training, one run: a row whose last step is done returns its plain last iterate."""
@@ -483,14 +539,34 @@ class _Pool:
                 cs.out[i] = R["xa"][sel]
             self._drop(fin)
 
-    def _drop(self, leave: torch.Tensor) -> None:
-        if not bool(leave.any()):
-            return
-        for cs, sel, _ in self._by_chunk(leave):
-            cs.left += int(sel.numel())
-        keep = ~leave
-        self.rows = {k: v[keep] for k, v in self.rows.items()}
-        self.rows["xa"] = self._relayout(self.rows["xa"])
+    def _drop(self, leave: torch.Tensor, R: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor] | None:
+        """Count the rows ``leave`` of ``R`` (default: the active rows) as finished, and (evaluation)
+        set aside the rows whose next forward is only their final check (last step of their last
+        run): they leave the gradient batch, whose free places refill, and are checked together
+        without gradient (:meth:`_check_final`). Return the rest (the active rows are replaced by
+        it when ``R`` is None)."""
+        rows = self.rows if R is None else R
+        out = leave
+        if self.atk.keep == "first-success":
+            aside = (rows["t"] == self.atk.steps) & (rows["run"] + 1 >= rows["runs"]) & ~leave
+            if bool(aside.any()):
+                self.checks.append(self._take(rows, aside.nonzero().squeeze(1)))
+                self.n_checks += self.checks[-1]["i"].shape[0]
+                out = leave | aside
+        if bool(leave.any()):
+            for cs, sel, _ in self._by_chunk(leave, rows):
+                cs.left += int(sel.numel())
+        if out is not leave or bool(leave.any()):
+            rows = self._take(rows, (~out).nonzero().squeeze(1))
+        if R is None:
+            self.rows = rows
+        return rows
+
+    def _take(self, rows: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rows ``idx`` (an index tensor: one nonzero for all the columns), input layout kept."""
+        sub = {k: v.index_select(0, idx) for k, v in rows.items()}
+        sub["xa"] = self._relayout(sub["xa"])
+        return sub
 
 class FGSM(PGD):
     """FGSM (Goodfellow et al. 2015): one step of size eps along the gradient sign (L2: the
