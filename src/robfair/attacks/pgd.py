@@ -510,12 +510,9 @@ class _Pool:
         nxt = final & ~leave
         go = ~final & ~leave
         if bool(go.any()):
-            g = go.nonzero().squeeze(1)
-            if bool(go.all()):
-                xa = project(ascent_step(xa, grad, R["step"], atk.norm), R["x"], R["eps"], atk.norm)
-            else:
-                xa = xa.clone()
-                xa[g] = project(ascent_step(xa[g], grad[g], R["step"][g], atk.norm), R["x"][g], R["eps"][g], atk.norm)
+            # the step for every row (elementwise, per row): the rows that do not go either leave
+            # or restart below, so no gather is needed
+            xa = project(ascent_step(xa, grad, R["step"], atk.norm), R["x"], R["eps"], atk.norm)
             R["t"] = R["t"] + go.long()
         if bool(nxt.any()):
             xa = xa.clone() if not bool(go.any()) else xa
@@ -553,10 +550,12 @@ class _Pool:
                 self.checks.append(self._take(rows, aside.nonzero().squeeze(1)))
                 self.n_checks += self.checks[-1]["i"].shape[0]
                 out = leave | aside
-        if bool(leave.any()):
-            for cs, sel, _ in self._by_chunk(leave, rows):
-                cs.left += int(sel.numel())
-        if out is not leave or bool(leave.any()):
+        any_leave = bool(leave.any())
+        if any_leave:
+            cids, counts = torch.unique(rows["c"][leave], return_counts=True)
+            for cid, m in zip(cids.tolist(), counts.tolist()):
+                self.loaded[cid].left += m
+        if out is not leave or any_leave:
             rows = self._take(rows, (~out).nonzero().squeeze(1))
         if R is None:
             self.rows = rows
