@@ -47,6 +47,7 @@ from .inert import csv_cell
 from .metrics import GroupReport, wilson
 from .models import check_model_data, load_any
 from .metrics.stats import check_alpha, cp_lower, cp_upper, mcnemar_exact  # noqa: F401 (cp_upper: part of this API)
+from .seeding import make_generator, noise_seed
 from .utils import atomic_path, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
@@ -78,12 +79,6 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
 
 
 # ============================================================================== noise sampling
-def _sample_seed(seed: int, index: int, stage: int) -> int:
-    """A well-mixed 63-bit generator seed for one (seed, dataset index, pass)."""
-    a, b = np.random.SeedSequence([int(seed), int(index), int(stage)]).generate_state(2, np.uint32)
-    return (int(a) << 31) ^ int(b)
-
-
 def _chunks(num: int, batch_size: int) -> list[int]:
     q, r = divmod(num, batch_size)
     return [batch_size] * q + ([r] if r else [])
@@ -106,7 +101,7 @@ class NoiseCounter:
     @torch.no_grad()
     def counts(self, x: torch.Tensor, keys: Sequence[int], num: int, stage: int) -> torch.Tensor:
         m, K, bs = x.shape[0], self.K, self.batch_size
-        gens = [torch.Generator(device=self.device).manual_seed(_sample_seed(self.seed, k, stage)) for k in keys]
+        gens = [make_generator(self.device, noise_seed(self.seed, k, stage)) for k in keys]
         out = torch.zeros(m * K, dtype=torch.long, device=self.device)
         pending: list[tuple[int, int]] = []
         filled = 0
@@ -738,7 +733,7 @@ def attack_check(model: nn.Module, dataset, rep: CertifyReport, radius: float, *
     was = model.training
     model.eval()
     model = model.to(dev)
-    gen = torch.Generator(device=dev).manual_seed(_sample_seed(seed, 0, 3))
+    gen = make_generator(dev, noise_seed(seed, 0, 3))
     soft = SoftSmoothed(model, rep.sigma, noise_samples, gen)
     adv_pred = np.empty(chosen_a.size, dtype=np.int64)
     step = max(1, batch_size // noise_samples)

@@ -1,4 +1,4 @@
-"""Small shared helpers: parsing user numbers, devices, seeds, atomic files, allocator tuning."""
+"""Small shared helpers: parsing user numbers, devices, atomic files, allocator tuning (seeds: :mod:`robfair.seeding`)."""
 
 from __future__ import annotations
 
@@ -117,16 +117,6 @@ def resolve_device(device: str | None = "auto"):
     if dev.type == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
         raise RobfairError(f"device {text!r} was asked for but no Intel XPU is available; use --device cpu or auto")
     return dev
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices)."""
-    import numpy as np  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
 
 
 def tune_allocator() -> bool:

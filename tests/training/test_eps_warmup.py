@@ -6,7 +6,7 @@ import torch
 
 from robfair.data import Dataset
 from robfair.training import TrainConfig, Trainer, build_model, split_train_val
-from robfair.utils import seed_everything
+from robfair.seeding import seed_everything
 
 
 class Spy:

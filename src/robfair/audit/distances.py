@@ -49,8 +49,9 @@ from torch import nn
 
 from ..attacks import get_attack
 from ..errors import ConfigError, DataError, ModelError, RobfairError
+from ..seeding import batch_generator
 from ..utils import resolve_device
-from .engine import batch_generator, evaluation_model, run_attack
+from .engine import evaluation_model, run_attack
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +374,7 @@ def boundary_distances(
     bisection (e.g. twice the audit radius).
 
     Bisection seeds each batch's attack generator like the audit's engine
-    (:func:`robfair.audit.engine.batch_generator` from ``seed``, the attack's name and the dataset
+    (:func:`robfair.seeding.batch_generator` from ``seed``, the attack's name and the dataset
     index of the batch's first sample, in a ``"bisection"`` stream of its own), so a batch's
     distances do not depend on the batches before it. ``dist``: a joined process group's
     :class:`~robfair.training.distributed.DistInfo` (torchrun): the rank runs whole batches

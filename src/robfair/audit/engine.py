@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import io
 import json
 import logging
@@ -57,6 +56,7 @@ from torch import nn
 from ..errors import AttackError, DataError, ModelError, RobfairError
 from ..metrics import GroupReport
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
+from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
 
 log = logging.getLogger(__name__)
 
@@ -70,28 +70,7 @@ STEP_UNKNOWN = -2
 Progress = Callable[[str, int, int], None]
 
 
-# ============================================================================ seeds and attacks
-def attack_seed(seed: int, name: str, *extra: Any) -> int:
-    """A 63-bit seed from ``(seed, attack name, *extra)``: stable across runs, Python versions and
-    the attack's position in a list."""
-    key = "\x1f".join([str(int(seed)), str(name), *(repr(e) for e in extra)])
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
-
-
-def attack_generator(device: torch.device, seed: int, name: str, *extra: Any) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(attack_seed(seed, name, *extra))
-
-
-def batch_generator(device: torch.device, seed: int, name: str, first_index: int,
-                    radius: float | None = None, *, stage: str | None = None) -> torch.Generator:
-    """The generator of one batch of one attack: seeded from ``(seed, name, [stage,] [radius,]
-    first_index)``, ``first_index`` being the dataset index of the batch's first sample
-    (``radius``: sweeps only; ``stage``: a stream of its own for a use other than the audit's
-    attack, e.g. ``"bisection"`` for boundary distances)."""
-    extra = (int(first_index),) if radius is None else (float(radius), int(first_index))
-    return attack_generator(device, seed, name, *(() if stage is None else (str(stage),)), *extra)
-
-
+# ============================================================================ attacks
 def resolve_attacks(attacks: Sequence[Any], precision: str = "fp32") -> list[tuple[str, Any]]:
     """``[(name, attack object)]`` from names or attack objects; each name once. Objects are copied
     before their precision is set, so the caller's attack is never changed."""

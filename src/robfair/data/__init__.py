@@ -10,6 +10,7 @@ decorated with ``@register_dataset("name", help=..., location=..., formats=...)`
 from __future__ import annotations
 
 from ..registry import import_submodules
+from .augment import random_crop_flip
 from .base import Dataset, stratified_split
 from .coerce import as_dataset, check_class_order, parse_class_map, subsample, with_class_order
 from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
@@ -22,6 +23,7 @@ __all__ = [
     "as_dataset",
     "check_class_order",
     "parse_class_map",
+    "random_crop_flip",
     "subsample",
     "with_class_order",
     "Dataset",

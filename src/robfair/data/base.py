@@ -177,6 +177,20 @@ class Dataset:
             name=self.name,
         )
 
+    def place(self, device: torch.device, fraction: float = 0.25) -> "Dataset":
+        """This dataset on ``device`` when it fits in ``fraction`` of the accelerator's free memory,
+        else this dataset where it is (its batches are then copied to ``device`` one by one)."""
+        if self.x.device == device:
+            return self
+        if device.type == "cuda":
+            need = self.x.numel() * self.x.element_size()
+            free, _ = torch.cuda.mem_get_info(device)
+            if need > free * fraction:
+                log.info("dataset %s (%.1f GB) stays on the %s; batches are copied to %s", self.name, need / 1e9,
+                         self.x.device, device)
+                return self
+        return self.to(device)
+
     def batches(
         self,
         batch_size: int,
@@ -205,11 +219,16 @@ class Dataset:
         else:
             order = torch.arange(n)
         stop = n - n % batch_size if drop_last else n
-        gid = self.group_ids
         for start in range(0, stop, batch_size):
-            idx = order[start:start + batch_size].to(self.x.device)
-            xb = self.x[idx].to(dev, non_blocking=True)
-            yield _to_float(xb), self.y[idx.to(self.y.device)].to(dev), gid[idx.to(gid.device)].to(dev)
+            yield self.batch(order[start:start + batch_size], dev)
+
+    def batch(self, idx: torch.Tensor, device: torch.device) -> Batch:
+        """One batch ``(x, y, g)`` by an index tensor, on ``device``: x float32 in [0, 1] (uint8
+        images travel as uint8 and are converted on ``device``), y labels, g group ids."""
+        i = idx.to(self.x.device)
+        x = _to_float(self.x[i].to(device, non_blocking=True))
+        gid = self.group_ids
+        return x, self.y[i.to(self.y.device)].to(device), gid[i.to(gid.device)].to(device)
 
     # ----------------------------------------------------------------- checks
     def validate(self) -> "Dataset":

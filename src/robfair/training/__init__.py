@@ -18,7 +18,8 @@ from .config import TrainConfig, load_config
 _LAZY = {
     **{name: "methods" for name in ("METHODS", "Method", "TrainContext", "build_method")},
     **{name: "runner" for name in ("build_model", "split_train_val", "train")},
-    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer", "random_crop_flip")},
+    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer")},
+    "random_crop_flip": "robfair.data.augment",  # the trainer's augmentation, owned by robfair.data
     **{name: "selection" for name in ("Selection", "select_best", "selection_score", "val_summary")},
     **{name: "optim" for name in ("make_optimizer", "make_scheduler", "eps_warmup_scale")},
 }
@@ -26,7 +27,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module = _LAZY[name]
+        value = getattr(importlib.import_module(module if "." in module else f".{module}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from ..data import load_dataset, stratified_split
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
 from ..models import create, load_checkpoint
-from ..utils import seed_everything
+from ..seeding import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
 

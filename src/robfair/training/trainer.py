@@ -30,26 +30,32 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.distributed as dist
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from ..errors import ConfigError, RobfairError
+from ..audit.engine import evaluate
+from ..data.augment import random_crop_flip
+from ..errors import ConfigError
 from ..hardware import channels_last as to_channels_last
+from ..hardware import check_precision, wants_channels_last
+from ..metrics import GroupReport
+from ..models import load_checkpoint, save_checkpoint
+from ..provenance import run_info
 from ..runfolder import RunFolder
+from ..seeding import derive_seed, make_generator
 from ..utils import to_jsonable
 from . import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
 from .config import TrainConfig
 from .methods import Method, TrainContext, build_method
+from .methods.base import build_attack
 from .optim import eps_warmup_scale, make_optimizer, make_scheduler
 from .selection import RATES as _RATES
 from .selection import Selection, val_summary
@@ -57,7 +63,6 @@ from .selection import Selection, val_summary
 log = logging.getLogger(__name__)
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_SEED_TAGS = {"order": 1, "augment": 2, "attack": 3, "val": 4, "val-initial": 5}
 #: statistics of each rate kept in metrics.jsonl (GroupReport.aggregates has more)
 _AGG_KEYS = ("avg", "class_mean", "worst", "best", "gap", "sd", "tail_k", "worst_group")
 
@@ -98,114 +103,6 @@ class RunResult:
         return None if self.out is None else RunFolder(self.out).best
 
 
-# ================================================================================ helpers
-def derive_seed(seed: int, purpose: str, epoch: int, rank: int = 0) -> int:
-    """A 63-bit seed for one purpose (order / augment / attack / val) of one epoch on one rank."""
-    ss = np.random.SeedSequence([int(seed), _SEED_TAGS[purpose], int(epoch), int(rank)])
-    return int(ss.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def make_generator(device: torch.device, seed: int) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    return g
-
-
-def random_crop_flip(x: torch.Tensor, padding: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """CIFAR augmentation on a batch, on its device: zero-pad by ``padding``, crop back to H x W at a
-    random offset per sample, flip horizontally with probability 1/2. Vectorized (one gather)."""
-    n, _, h, w = x.shape
-    gdev = generator.device if generator is not None else x.device
-    oy = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=gdev).to(x.device)
-    ox = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=gdev).to(x.device)
-    flip = (torch.rand(n, generator=generator, device=gdev) < 0.5).to(x.device)
-    xp = F.pad(x, (padding,) * 4) if padding else x
-    rows = oy[:, None] + torch.arange(h, device=x.device)
-    cols = ox[:, None] + torch.arange(w, device=x.device)
-    cols = torch.where(flip[:, None], cols.flip(1), cols)
-    out = xp[torch.arange(n, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]  # N,H,W,C
-    return out.permute(0, 3, 1, 2).contiguous()
-
-
-def _fetch(ds: Any, idx: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batch of a Dataset by index: uint8 images travel as uint8 and are converted on ``device``."""
-    i = idx.to(ds.x.device)
-    x = ds.x[i].to(device, non_blocking=True)
-    x = x.float().div_(255) if x.dtype == torch.uint8 else x
-    gid = ds.group_ids
-    return x, ds.y[i.to(ds.y.device)].to(device), gid[i.to(gid.device)].to(device)
-
-
-def _place(ds: Any, device: torch.device) -> Any:
-    """Move a dataset to ``device`` when it fits comfortably (a quarter of free accelerator memory)."""
-    if ds is None or ds.x.device == device:
-        return ds
-    if device.type == "cuda":
-        need = ds.x.numel() * ds.x.element_size()
-        free, _ = torch.cuda.mem_get_info(device)
-        if need > free // 4:
-            log.info("dataset %s (%.1f GB) stays on the CPU; batches are copied to %s", ds.name, need / 1e9, device)
-            return ds
-    return ds.to(device)
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def run_info(device: torch.device, world_size: int) -> dict[str, Any]:
-    from .. import __version__
-
-    return {
-        "versions": {"robfair": __version__, "torch": str(torch.__version__), "numpy": str(np.__version__),
-                     "python": platform.python_version()},
-        "git_commit": _git_commit(),
-        "device": str(device),
-        "world_size": world_size,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-
-
-class _DeviceAttack:
-    """The configured attack, called on the DDP-unwrapped model (attacks need no gradient sync)."""
-
-    def __init__(self, attack: Any, scale: Callable[[], float] | None = None) -> None:
-        self.attack = attack
-        self.name = getattr(attack, "name", str(attack))
-        self.scale = scale  # the eps warm-up factor in (0, 1] (training attacks), None: 1
-
-    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: Any, **kw: Any) -> torch.Tensor:
-        s = 1.0 if self.scale is None else self.scale()
-        return self.attack(D.unwrap(model), x, y, eps if s == 1.0 else eps * s, **kw)
-
-
-def build_attack(name: str | None, options: dict[str, Any], *, train: bool,
-                 scale: Callable[[], float] | None = None) -> _DeviceAttack | None:
-    """``get_attack(name, **options)``; training attacks return the last iterate (``keep="last"``).
-    ``scale``: a callable giving the factor every radius is multiplied by (the eps warm-up)."""
-    if name is None or name.lower() == "none":
-        return None
-    import inspect
-
-    from ..attacks import ATTACKS, get_attack, parse_attack_name, require_target_rule
-
-    if train:
-        try:
-            require_target_rule(name)
-        except RobfairError as e:
-            raise ConfigError(str(e)) from None
-    opts = dict(options)
-    if train and "keep" in inspect.signature(ATTACKS.get(parse_attack_name(name)[0])).parameters:
-        opts.setdefault("keep", "last")
-    attack = get_attack(name, **opts)
-    return _DeviceAttack(attack, scale)
-
-
 # ================================================================================ the trainer
 class Trainer:
     """Train ``model`` on ``train`` with ``method`` (default: ``cfg.method``), select on ``val``.
@@ -227,8 +124,6 @@ class Trainer:
         if val is not None and len(val) == 0:
             raise ConfigError("the validation set is empty; raise val_per_class or pass val=None with select: last")
         self.dist, self.device, self._owns_group = D.setup(cfg.device)
-        from ..hardware import check_precision, wants_channels_last
-
         check_precision(cfg.precision, self.device, what="precision")  # bf16 where it is not native: refused
         self.method = method if method is not None else build_method(cfg.method, cfg.method_options)
         self.callbacks = list(callbacks)
@@ -247,14 +142,15 @@ class Trainer:
         fmt = torch.channels_last if self.channels_last else torch.preserve_format
         self.raw_model = model.to(self.device, memory_format=fmt)
         self.model = D.wrap(self.raw_model, self.dist, self.device)
-        self.train_ds = _place(train, self.device)
+        self.train_ds = train.place(self.device)
         self.val_ds = None
         if val is not None:
             shard = torch.arange(self.dist.rank, len(val), self.dist.world_size)
-            self.val_ds = _place(val.subset(shard) if self.dist.enabled else val, self.device)
+            self.val_ds = (val.subset(shard) if self.dist.enabled else val).place(self.device)
         self._eps_scale = 1.0  # eps warm-up factor of the current step (cfg.eps_warmup)
-        self.train_attack = build_attack(cfg.attack, cfg.attack_options, train=True, scale=self._get_eps_scale)
-        self.val_attack = build_attack(cfg.val_attack, cfg.val_attack_options, train=False)
+        self.train_attack = build_attack(cfg.attack, cfg.attack_options, train=True, scale=self._get_eps_scale,
+                                         unwrap=D.unwrap)
+        self.val_attack = build_attack(cfg.val_attack, cfg.val_attack_options, train=False, unwrap=D.unwrap)
 
         # --- optimization
         self.batch_size = cfg.batch_size
@@ -266,8 +162,6 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.ema = None
         if cfg.ema is not None:
-            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
             self.ema = AveragedModel(self.raw_model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema), use_buffers=True)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
@@ -277,7 +171,8 @@ class Trainer:
                                 epochs=cfg.epochs, rank=self.dist.rank, world_size=self.dist.world_size,
                                 all_reduce=lambda t: D.all_reduce_sum(t, self.dist), unwrap=D.unwrap,
                                 attack_factory=lambda name, opts: build_attack(name, opts, train=True,
-                                                                               scale=self._get_eps_scale),
+                                                                               scale=self._get_eps_scale,
+                                                                               unwrap=D.unwrap),
                                 val_batches=None if self.val_ds is None else
                                 lambda bs: self.val_ds.batches(bs, device=self.device))
         self.ctx.model = self._trainer_eval_model
@@ -362,15 +257,11 @@ class Trainer:
         state = rng_state()
         if not self.dist.enabled:
             return [state]
-        import torch.distributed as dist
-
         states: list[Any] = [None] * self.dist.world_size
         dist.all_gather_object(states, state)
         return states
 
     def _load_resume(self, path: Path) -> None:
-        from ..models import load_checkpoint
-
         loaded, meta = load_checkpoint(path, map_location="cpu")
         state = meta["extra"].get("trainer")
         if not state:
@@ -396,8 +287,6 @@ class Trainer:
         log.info("resuming %s after epoch %d (step %d)", self.run_dir, self.epoch, self.step)
 
     def _save(self, record: dict[str, Any], is_best: bool) -> None:
-        from ..models import save_checkpoint
-
         state = self._train_state()  # collective under DDP: every rank computes it
         if self.folder is None:
             if is_best:
@@ -464,8 +353,6 @@ class Trainer:
     def _load_best(self) -> nn.Module:
         best = copy.deepcopy(self.eval_model)
         if self.folder is not None and self.folder.best.exists():
-            from ..models import load_checkpoint
-
             loaded, _ = load_checkpoint(self.folder.best, map_location="cpu")
             best.load_state_dict(loaded.state_dict())
         elif self._best_state is not None:
@@ -507,7 +394,7 @@ class Trainer:
         for b, idx in enumerate(batches):
             self._eps_scale = self.eps_warmup_scale(self.step)
             eps_first = self._eps_scale if eps_first is None else eps_first
-            x, y, g = _fetch(self.train_ds, idx, dev)
+            x, y, g = self.train_ds.batch(idx, dev)
             if cfg.augment == "crop-flip":
                 x = random_crop_flip(x, cfg.crop_padding, aug_gen)
             if self.channels_last:
@@ -551,9 +438,6 @@ class Trainer:
         """Clean and robust predictions of ``model`` (default: ``eval_model``) on the validation split,
         through the audit engine (same loop, precision and memory format as ``robfair audit``)
         -> GroupReport (all ranks merged)."""
-        from ..audit.engine import evaluate
-        from ..metrics import GroupReport
-
         cfg, dev, ds = self.cfg, self.device, self.val_ds
         model = model if model is not None else self.eval_model
         bs = cfg.val_batch_size or cfg.batch_size

@@ -18,7 +18,7 @@ from robfair.training import TrainConfig, TrainContext, Trainer, build_method, l
 from robfair.training.methods.dafa import dafa_weights
 from robfair.training.methods.mart import mart_loss
 from robfair.training.runner import build_model, split_train_val
-from robfair.utils import seed_everything
+from robfair.seeding import seed_everything
 from _shared import Recorder, Stop, StopAfterEpoch
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"

@@ -24,17 +24,19 @@ saves its state in ``state_dict`` so a resumed run continues exactly, and report
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ...errors import ConfigError, one_line
+from ...attacks import ATTACKS, get_attack, parse_attack_name, require_target_rule
+from ...errors import ConfigError, RobfairError, one_line
 from ...registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import TrainConfig
+    from ..config import TrainConfig  # lazy: typing only (annotations)
 
 class _MethodRegistry(Registry):
     """The method registry: a registered class that does not set its own ``name`` gets the
@@ -57,6 +59,55 @@ def resolve_epoch(value: float, epochs: int) -> int:
 def base_attack(base: str) -> str:
     """The training attack of a method's base: TRADES' KL maximization, else PGD-10 on the CE."""
     return "trades-kl" if base == "trades" else "pgd10"
+
+
+# ----------------------------------------------------------------------------- the loop's attacks
+def _same(model: torch.nn.Module) -> torch.nn.Module:
+    return model
+
+
+class DeviceAttack:
+    """A configured attack as the training loop calls it: on ``unwrap(model)`` (the trainer passes
+    the DDP unwrapper: attacks need no gradient sync), every radius multiplied by ``scale()`` (the
+    eps warm-up; None: 1)."""
+
+    def __init__(self, attack: Any, scale: Callable[[], float] | None = None,
+                 unwrap: Callable[[torch.nn.Module], torch.nn.Module] = _same) -> None:
+        self.attack = attack
+        self.name = getattr(attack, "name", str(attack))
+        self.scale = scale  # the eps warm-up factor in (0, 1] (training attacks), None: 1
+        self.unwrap = unwrap
+
+    def __call__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, eps: Any, **kw: Any) -> torch.Tensor:
+        s = 1.0 if self.scale is None else self.scale()
+        return self.attack(self.unwrap(model), x, y, eps if s == 1.0 else eps * s, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        """The wrapped attack's settings (``steps``, ``step``, ``norm``, ...) read through the wrapper."""
+        if name == "attack":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.attack, name)
+
+
+def build_attack(name: str | None, options: dict[str, Any], *, train: bool,
+                 scale: Callable[[], float] | None = None,
+                 unwrap: Callable[[torch.nn.Module], torch.nn.Module] = _same) -> DeviceAttack | None:
+    """``get_attack(name, **options)`` for the training loop (None for no name or "none").
+    Training attacks (``train``) must not aim at the label (a targeted form needs its own target
+    rule) and return the last iterate (``keep="last"``, where the attack has that option).
+    ``scale``: a callable giving the factor every radius is multiplied by (the eps warm-up);
+    ``unwrap``: what the attack is called on instead of the model (the trainer: the module inside DDP)."""
+    if name is None or name.lower() == "none":
+        return None
+    if train:
+        try:
+            require_target_rule(name)
+        except RobfairError as e:
+            raise ConfigError(str(e)) from None
+    opts = dict(options)
+    if train and "keep" in inspect.signature(ATTACKS.get(parse_attack_name(name)[0])).parameters:
+        opts.setdefault("keep", "last")
+    return DeviceAttack(get_attack(name, **opts), scale, unwrap)
 
 
 @dataclass
@@ -108,9 +159,7 @@ class TrainContext:
         """A training attack other than ``attack`` (last iterate kept), built as the trainer builds its own."""
         if self.attack_factory is not None:
             return self.attack_factory(name, dict(options or {}))
-        from ...attacks import get_attack
-
-        return get_attack(name, **dict(options or {}))
+        return build_attack(name, dict(options or {}), train=True, unwrap=self.unwrap)
 
     def take_record(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         out = (self._logits, self._labels)
