@@ -53,10 +53,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..attacks import get_attack
+from ..attacks.base import Attack
+from ..attacks.pgd import FGSM, PGD, Chunk
 from ..errors import AttackError, DataError, ModelError, RobfairError
+from ..hardware import channels_last as to_channels_last
+from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
+from ..models import check_model_data
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
+from ..utils import atomic_path, resolve_device
+from .checks import outcome_warnings
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +82,6 @@ Progress = Callable[[str, int, int], None]
 def resolve_attacks(attacks: Sequence[Any], precision: str = "fp32") -> list[tuple[str, Any]]:
     """``[(name, attack object)]`` from names or attack objects; each name once. Objects are copied
     before their precision is set, so the caller's attack is never changed."""
-    from ..attacks import get_attack
-
     out: list[tuple[str, Any]] = []
     for a in attacks:
         obj = get_attack(a) if isinstance(a, str) else a
@@ -141,8 +147,6 @@ def check_model_output(model: nn.Module, x: torch.Tensor, num_classes: int) -> N
     """One-line ``ModelError`` when the model does not fit the images or the class count."""
     spec = getattr(model, "robfair_spec", None)
     if spec:
-        from ..models import check_model_data
-
         check_model_data(model, tuple(x.shape[1:]), num_classes)
         return
     try:
@@ -166,8 +170,6 @@ def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool
     mode is restored afterwards."""
     if isinstance(model, nn.parallel.DistributedDataParallel):
         model = model.module
-    from ..hardware import wants_channels_last
-
     was_training = model.training
     model.eval()
     if wants_channels_last(model, channels_last):
@@ -350,8 +352,6 @@ def npz_header(header: dict[str, Any]) -> np.ndarray:
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     """Write ``arrays`` (with a ``"header"`` from :func:`npz_header`) to ``path``, compressed and
     atomically: a killed write leaves the old file or none."""
-    from ..utils import atomic_path
-
     path = Path(path)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -429,10 +429,6 @@ def evaluate(
     ``progress`` counts batches over every pass of the data. ``keep_adv`` (single radius only, for
     a few batches: :mod:`robfair.audit.examples`): keep every sample's adversarial input in
     ``Outcomes.adv_inputs``."""
-    from ..hardware import channels_last as to_channels_last
-    from ..hardware import check_precision, wants_channels_last
-    from ..utils import resolve_device
-
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")
     if isinstance(batch_size, bool) or int(batch_size) < 1:
@@ -564,8 +560,6 @@ def evaluate(
                 "attack_seconds": {k: round(v, 3) for k, v in timings.items()},
                 "attacked_samples": attacked if sweep else {k: v[0] for k, v in attacked.items()},
                 "refilled": [name for name, _ in named if name in refilled]}
-    from .checks import outcome_warnings
-
     out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
     return out
 
@@ -574,9 +568,6 @@ def refills(attack: Any, early_exit: bool) -> bool:
     """True for the attacks :func:`evaluate` streams with refill: robfair's own multi-step PGD in
     evaluation mode (first success kept) with early exit; FGSM, AutoAttack, subclasses that change
     the attack and plain callables run batch by batch."""
-    from ..attacks.base import Attack
-    from ..attacks.pgd import FGSM, PGD
-
     t = type(attack)
     return (bool(early_exit) and isinstance(attack, PGD) and not isinstance(attack, FGSM)
             and attack.keep == "first-success" and attack.steps > 0 and t.run is Attack.run
@@ -605,8 +596,6 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
     the active batch refills from the batches still to come. Each batch is one chunk with its own
     generator (:func:`batch_generator`, as batch by batch), and a sweep's chunk holds the samples
     :func:`_sweep_batch` would attack, so the outcomes equal the batch-by-batch path's."""
-    from ..attacks.pgd import Chunk
-
     pending: deque = deque()
 
     def chunks() -> Any:

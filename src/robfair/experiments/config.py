@@ -47,9 +47,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..attacks import get_attack
+from ..data import DATASETS
+from ..data.registry import parse_spec
 from ..errors import ConfigError, RobfairError, one_line
+from ..models.factory import check_model_args
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
+from ..training import METHODS, TrainConfig
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -165,8 +170,6 @@ class StudyConfig(_Block):
     # ------------------------------------------------------------------ derived
     def missing_methods(self) -> list[str]:
         """Methods in ``requires`` that this robfair does not register (the study cannot run yet)."""
-        from ..training import METHODS
-
         return [m for m in self.requires if m not in METHODS]
 
     def expand(self, out: str | Path | None = None) -> list["RunSpec"]:
@@ -224,8 +227,6 @@ class RunSpec(BaseModel):
 
     def train_config(self, run_dir: str | Path | None = None, **overrides: Any) -> Any:
         """The run's :class:`~robfair.training.TrainConfig` (``out`` = ``run_dir`` when given)."""
-        from ..training import TrainConfig
-
         d = dict(self.train)
         if run_dir is not None:
             d["out"] = str(run_dir)
@@ -323,8 +324,6 @@ class _Resolver:
     resolves recursively with cycle detection."""
 
     def __init__(self, doc: dict[str, Any], train: dict[str, Any], run: dict[str, Any]) -> None:
-        from ..training import TrainConfig
-
         self.doc, self.train, self.run = doc, train, run
         self.train_keys = set(TrainConfig.model_fields)
         self.stack: list[str] = []
@@ -364,8 +363,6 @@ class _Resolver:
 # ============================================================================== expansion
 def _set_key(d: dict[str, Any], key: str, value: Any, where: str) -> None:
     """``d[key] = value``; a dotted key sets one entry inside a mapping key (method_options.beta)."""
-    from ..training import TrainConfig
-
     parts = key.split(".")
     fields = TrainConfig.model_fields
     if parts[0] not in fields:
@@ -444,8 +441,6 @@ def _short_keys(keys: list[str]) -> dict[str, str]:
 
 def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
     """Expand ``study`` into validated runs: variants x grid points x seeds, deterministic order."""
-    from ..training import METHODS, TrainConfig
-
     out_dir = Path(out).expanduser() if out is not None else study.out_dir
     doc = study.model_dump(mode="json")
     base: dict[str, Any] = {}
@@ -531,11 +526,6 @@ def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
 
 def _check_names(cfg: Any, where: str) -> None:
     """Dataset, model and training attack names exist (a typo fails now, not in every worker)."""
-    from ..attacks import get_attack
-    from ..data import DATASETS
-    from ..data.registry import parse_spec
-    from ..models.factory import check_model_args
-
     try:
         DATASETS.canonical(parse_spec(cfg.data)[0])
         check_model_args(cfg.model, cfg.model_kwargs)
@@ -552,8 +542,6 @@ def _finish_audit(audit: dict[str, Any], cfg: Any, name: str) -> dict[str, Any]:
         a = AuditSettings(**audit)
     except ValidationError as e:
         raise ConfigError(f"run {name}: audit {_one_line(e, AuditSettings)}") from None
-    from ..attacks import get_attack
-
     try:
         for atk in a.attacks:
             get_attack(atk)

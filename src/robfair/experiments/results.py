@@ -16,13 +16,17 @@ demo's combined ``runs/demo/audit.json`` gives one run per model.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
 
+from ..audit import AuditReport
+from ..audit.eps_sweep import EpsSweep
 from ..errors import RobfairError
+from ..report.certify import read_certify
 from ..report.tables import RunEntry
 from ..runfolder import (AUDIT_FILE, CHECKPOINTS_DIR, CONFIG_FILE, RUN_SPEC_FILE, TENSORBOARD_DIR, RunFolder,
                          is_audit_file)
@@ -37,18 +41,12 @@ _SEED_SUFFIX = re.compile(r"(?:^|[,_-])seed[=_-]?\d+$|[_-]s\d+$")
 def read_audit(path: str | Path) -> Any:
     """An AuditReport from ``audit.json`` (with the per-sample outcomes of ``outcomes.npz`` beside it,
     when present); RobfairError when missing, truncated or not an audit."""
-    from ..audit import AuditReport
-
     return AuditReport.load(path)
 
 
 def read_eps_sweep(path: str | Path) -> list[Any] | None:
     """One AuditReport per radius of ``eps_sweep.json`` (an :class:`~robfair.audit.eps_sweep.EpsSweep`;
     None when absent); RobfairError when broken."""
-    import json
-
-    from ..audit.eps_sweep import EpsSweep
-
     path = Path(path)
     if not path.exists():
         return None
@@ -109,10 +107,6 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _sweep_from_audit(path: Path) -> list[Any] | None:
     """The eps sweep ``robfair audit --eps-sweep`` stores inside audit.json (its main attack's)."""
-    import json
-
-    from ..audit.eps_sweep import EpsSweep
-
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -143,8 +137,6 @@ def _audit_config(audit: Any) -> dict[str, Any]:
 
 def load_audit_file(path: str | Path) -> list[RunEntry]:
     """Runs from one audit JSON file (see the module docstring); RobfairError when it is not one."""
-    import json
-
     path = Path(path).expanduser()
     try:
         d = json.loads(path.read_text())
@@ -154,8 +146,6 @@ def load_audit_file(path: str | Path) -> list[RunEntry]:
         raise RobfairError(f"{path} is truncated or not JSON; pass an audit.json written by robfair") from None
     name = path.parent.resolve().name if is_audit_file(path) else path.stem
     if isinstance(d, dict) and d.get("schema") == "robfair.demo/1":
-        from ..audit import AuditReport
-
         out = []
         for label, rep in (d.get("runs") or {}).items():
             try:
@@ -167,8 +157,6 @@ def load_audit_file(path: str | Path) -> list[RunEntry]:
                                 path=run_dir if RunFolder(run_dir).metrics.exists() else None))
         return out
     audit = read_audit(path)
-    from ..report.certify import read_certify
-
     return [RunEntry(name=name, audit=audit, config=_audit_config(audit), eps_sweep=_sweep_from_audit(path),
                      path=path.parent, certify=read_certify(path.parent) if is_audit_file(path) else None)]
 
@@ -213,8 +201,6 @@ def load_entry(run_dir: Path, root: Path) -> RunEntry:
         raise RobfairError(f"run folder {run_dir} is not finished: {reason}")
     audit = read_audit(run.audit)
     eps_sweep = read_eps_sweep(run.eps_sweep) or _sweep_from_audit(run.audit)
-    from ..report.certify import read_certify
-
     cert = read_certify(run_dir)
     if spec is not None:
         return RunEntry(name=spec.name, group=spec.group, seed=spec.seed, config=dict(spec.train),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -143,8 +144,6 @@ class Browser:
         return self._wait(lambda m: m.get("id") == self._id)["result"]
 
     def _wait(self, want: Any) -> dict[str, Any]:
-        import select
-
         deadline = time.monotonic() + self.timeout
         while True:
             while b"\0" in self._buf:

@@ -14,7 +14,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from .. import __version__
+from ..errors import RobfairError
 from ..inert import plain
+from ..safeio import read_json
 from .html import Figure, _mpl, _png, render_html
 from .tables import Table
 
@@ -23,13 +26,9 @@ CERTIFY_FILE = "certify.json"
 
 def read_certify(run_dir: Path) -> dict | None:
     """A run folder's ``certify.json`` (None when absent); RobfairError when it is not one."""
-    from ..errors import RobfairError
-
     p = Path(run_dir) / CERTIFY_FILE
     if not p.exists():
         return None
-    from ..safeio import read_json
-
     try:
         d = read_json(p, "certify result")
     except (OSError, ValueError, RobfairError):
@@ -117,8 +116,6 @@ def gap_table(label: str, p: dict, by: str = "class") -> Table:
 
 def render_certify_html(payloads: Mapping[str, dict], *, title: str = "certified robustness") -> str:
     """A self-contained page for one or more ``certify.json`` payloads (figures first, then tables)."""
-    from .. import __version__
-
     tables: list[Table] = []
     figures = []
     bys = ["class"] + (["group"] if any(p.get("group_names") for p in payloads.values()) else [])

@@ -33,8 +33,13 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from markupsafe import Markup
 
+from .. import __version__
+from ..inert import mpl_rc
+from ..metrics import wilson
 from ..runfolder import RunFolder, is_audit_file, read_jsonl
 from ..utils import atomic_path
+from . import plots
+from .plots import classwise_bars, tied_min
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
                      to_markdown, write_csvs)
 
@@ -88,12 +93,10 @@ class ReportPaths:
 # ============================================================================== figures
 @contextlib.contextmanager
 def _mpl() -> Iterator[Any]:
-    import matplotlib
+    import matplotlib  # lazy: start-up time (matplotlib: ~0.4 s)
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    from ..inert import mpl_rc
+    import matplotlib.pyplot as plt  # lazy: start-up time (matplotlib: ~0.4 s)
 
     with matplotlib.rc_context({**mpl_rc(), "svg.fonttype": "none"}):
         yield plt
@@ -102,7 +105,7 @@ def _mpl() -> Iterator[Any]:
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: start-up time (matplotlib: ~0.4 s)
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -119,8 +122,6 @@ def _figure(build: Any, title: str, alt: str, caption: str = "") -> Figure | Non
 
 def overview_figure(entries: Sequence[RunEntry], max_panels: int = 8) -> Figure:
     """The opening figure: robust accuracy per class with 95% Wilson intervals, sorted, per run."""
-    from . import plots
-
     shown = list(entries)[:max_panels]
     more = len(entries) - len(shown)
     return _figure(lambda: plots.overview_figure([(e.name, e.report) for e in shown], max_panels=max_panels),
@@ -136,8 +137,6 @@ def overview_figure(entries: Sequence[RunEntry], max_panels: int = 8) -> Figure:
 
 def bars_figure(entry: RunEntry) -> Figure:
     """Per-class clean vs robust accuracy with 95% Wilson intervals (``report.plots.classwise_bars``)."""
-    from .plots import classwise_bars
-
     with _mpl(), tempfile.TemporaryDirectory() as d:
         path = classwise_bars({entry.name: entry.report}, Path(d) / "bars.png")
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
@@ -145,8 +144,6 @@ def bars_figure(entry: RunEntry) -> Figure:
 
 
 def error_split_figure(entry: RunEntry) -> Figure:
-    from . import plots
-
     return _figure(lambda: plots.error_split_figure(entry.report), "standard and boundary error per class",
                    f"standard and boundary error per class of {entry.name}",
                    "Robust error = standard error (wrong on the clean input, grey) + boundary error (right on the "
@@ -156,8 +153,6 @@ def error_split_figure(entry: RunEntry) -> Figure:
 
 def confusion_figure(entry: RunEntry) -> Figure:
     """Clean and adversarial confusion matrices, rows normalized (true class -> predicted class)."""
-    from . import plots
-
     return _figure(lambda: plots.confusion_figure(entry.report), "confusion matrices (row-normalized)",
                    f"confusion matrices of {entry.name}")
 
@@ -168,8 +163,6 @@ def _sweep_reports(entry: RunEntry) -> list[Any]:
 
 def eps_figure(entry: RunEntry) -> Figure:
     """Robust accuracy per class/group against eps (the run's eps sweep), with 95% bands."""
-    from . import plots
-
     reps = _sweep_reports(entry)
     eps = [float(r.eps) for r in reps]
     names = [str(g) for g in reps[0].group_names]
@@ -188,8 +181,6 @@ def eps_figure(entry: RunEntry) -> Figure:
 
 def groups_heatmap_figure(entry: RunEntry) -> Figure | None:
     """Robust accuracy per (group, class) cell, when the data has groups other than the classes."""
-    from . import plots
-
     rep = entry.report
     if rep.groups_are_classes:
         return None
@@ -205,8 +196,6 @@ def groups_heatmap_figure(entry: RunEntry) -> Figure | None:
 def class_run_heatmap(entries: Sequence[RunEntry]) -> Figure | None:
     """Robust accuracy of every class in every run (runs sharing the first run's classes). Runs are
     rows up to 30 classes; beyond, classes are rows (weakest on average first) so 100 stay legible."""
-    from . import plots
-
     ref = tuple(entries[0].report.group_names) if entries else ()
     same = [e for e in entries if tuple(e.report.group_names) == ref]
     if len(same) < 2:
@@ -229,8 +218,6 @@ def class_run_heatmap(entries: Sequence[RunEntry]) -> Figure | None:
 
 def pareto_figure(entries: Sequence[RunEntry]) -> Figure:
     """Average vs worst-class robust accuracy, one point per setting (mean ± sd over seeds)."""
-    from . import plots
-
     settings = group_settings(entries)
     pts, sds, labels, methods = [], [], [], []
     for s in settings:
@@ -257,8 +244,6 @@ def read_history(entry: RunEntry) -> list[dict[str, Any]]:
 
 
 def training_figures(entry: RunEntry) -> list[Figure]:
-    from . import plots
-
     hist = read_history(entry)
     if not hist:
         return []
@@ -340,8 +325,6 @@ def example_strip(entry: RunEntry) -> Strip | None:
 def model_statements(rep: Any) -> list[str]:
     """Plain sentences for a model that is collapsed (one predicted class takes almost every input),
     no better than chance on clean inputs, or has no robustness at all; empty when none applies."""
-    from ..metrics import wilson
-
     out: list[str] = []
     n = rep.n
     k = rep.num_classes
@@ -369,8 +352,6 @@ def model_statements(rep: Any) -> list[str]:
 
 
 def _tied(names: Sequence[Any], values: Sequence[float]) -> str:
-    from .plots import tied_min
-
     idx = tied_min(values)
     shown = ", ".join(str(names[i]) for i in idx[:4])
     return shown + (f" and {len(idx) - 4} more, tied" if len(idx) > 4 else (" (tied)" if len(idx) > 1 else ""))
@@ -414,7 +395,7 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
             figs.append(confusion_figure(e))
             figs = [f for f in figs if f is not None]
         if e.certify:
-            from .certify import curves_figure, run_lines
+            from .certify import curves_figure, run_lines  # lazy: cycle (report/certify.py imports this module)
 
             lines += run_lines(e.certify)
             if figures:
@@ -457,7 +438,7 @@ def render_html(*, title: str, description: str, meta: list[tuple[str, str]], ta
                 figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
                 statements: Sequence[tuple[str, str]] = ()) -> str:
     """The page from its parts (Jinja2, autoescape on)."""
-    import jinja2
+    import jinja2  # lazy: start-up time (jinja2, ~0.1 s, only when a page is rendered)
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -486,8 +467,6 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
     """Write ``out`` (HTML), ``out`` with ``.md`` and ``<stem>_tables/*.csv``. Everything is computed
     before the first file is written. ``title`` defaults to the runs' common folder; ``lead_tables``
     come first (e.g. the leaderboard)."""
-    from .. import __version__
-
     entries = list(entries)
     out = Path(out)
     if not title:

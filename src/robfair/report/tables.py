@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
+from ..inert import csv_cell, plain
+from ..metrics import seed_summary
 from ..metrics.stats import dafa_rho, wilson
 from ..utils import atomic_path
 
@@ -395,8 +397,6 @@ def benz_tables(settings: list[Setting], stats: _Stats) -> list[Table]:
 
 def seeds_table(settings: list[Setting], stats: _Stats) -> Table | None:
     """Seed spread: robust worst class mean ± sd, worst class per seed, how often it changes."""
-    from ..metrics import seed_summary
-
     multi = [s for s in settings if len(s.runs) > 1]
     if not multi:
         return None
@@ -469,8 +469,6 @@ def _slug(s: str) -> str:
 
 def _md_cell(s: str) -> str:
     """A Markdown table cell: pipes escaped, HTML characters as entities (Markdown renders raw HTML)."""
-    from ..inert import plain
-
     s = plain(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -497,10 +495,6 @@ def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "") -> st
 def inert_frame(df: Any) -> Any:
     """A copy of ``df`` whose text cells and column names no spreadsheet runs as formulas
     (:func:`robfair.inert.csv_cell`); numbers are untouched."""
-    from ..inert import csv_cell
-
-    import pandas as pd
-
     out = df.copy()
     for c in out.columns:
         if not (pd.api.types.is_numeric_dtype(out[c]) or pd.api.types.is_bool_dtype(out[c])):

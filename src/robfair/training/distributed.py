@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
+from ..errors import ConfigError
 from ..utils import resolve_device
 
 log = logging.getLogger(__name__)
@@ -52,8 +54,6 @@ def setup(device: str = "auto") -> tuple[DistInfo, torch.device, bool]:
     if dev.type == "cuda":
         count = torch.cuda.device_count()
         if info.local_rank >= count:
-            from ..errors import ConfigError
-
             raise ConfigError(f"torchrun started local rank {info.local_rank} but this node has {count} GPU"
                               f"{'s' if count != 1 else ''}; pass --nproc-per-node {count} (one process per GPU), "
                               "or --device cpu")
@@ -94,16 +94,12 @@ def wrap(model: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.
     """``DistributedDataParallel(model)`` when distributed, else the model itself."""
     if not info.enabled:
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module inside a DDP wrapper (attacks and checkpoints use it directly)."""
-    from torch.nn.parallel import DistributedDataParallel
-
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 

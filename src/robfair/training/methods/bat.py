@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ...attacks.base import as_eps, ascent_step, check_inputs, eval_mode, noise, project
+from ...attacks.trades import TradesKL
 from ...errors import ConfigError
 from ..losses import per_class_sums, trades_kl
 from .base import METHODS, Method, TrainContext
@@ -113,8 +114,6 @@ class BAT(Method):
 
     @staticmethod
     def _search_attack(ctx: TrainContext) -> Any:
-        from ...attacks.trades import TradesKL
-
         inner = getattr(ctx.attack, "attack", ctx.attack)
         if not isinstance(inner, TradesKL):
             raise ConfigError("bat stops a TRADES-KL ascent at each sample's boundary; set attack: trades-kl "

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from ...errors import ConfigError
 from ...utils import parse_eps
@@ -194,8 +195,6 @@ class CFA(Method):
     def _average(self, model: torch.nn.Module) -> None:
         self._materialize(model)
         if self._avg is None:
-            from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
             self._avg = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(self.options.fawa_decay),
                                       use_buffers=True)
         self._avg.update_parameters(model)  # the first call copies the model
@@ -205,8 +204,6 @@ class CFA(Method):
         """Rebuild the average from a resumed state once a model of the right architecture is known."""
         if self._avg_state is None or model is None:
             return
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
         self._avg = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(self.options.fawa_decay),
                                   use_buffers=True)
         self._avg.load_state_dict(self._avg_state)
