@@ -17,8 +17,9 @@ What it does, all measured in this run (nothing is assumed or copied from elsewh
    per-class clean and robust accuracy with Wilson intervals), with the reliability probe when the
    installed ``robfair.audit`` offers one (``--probe N`` per class is passed through its API).
 5. Writes under ``--out``: ``summary.md`` (per-class table beside the published PGD-AT numbers,
-   aggregates, timings, warnings), ``per_class.csv``, ``aggregates.json``, ``audit.json``,
-   ``timings.json``, ``info.json`` (hardware, versions, settings) and the run folder ``train/``.
+   aggregates, timings, warnings), ``per_class.csv``, ``aggregates.json``, ``audit.json`` with
+   ``outcomes.npz`` (the per-sample outcomes; ``robfair report`` reads the folder), ``timings.json``,
+   ``info.json`` (hardware, versions, settings) and the run folder ``train/``.
 
 It installs nothing and downloads nothing. The JPEG export is lossy at the scale of eps (see
 shared/data/README.md), and a run of a few minutes trains for far fewer epochs than the papers'
@@ -46,6 +47,7 @@ from robfair.data import load_dataset
 from robfair.data.registry import with_options
 from robfair.errors import RobfairError
 from robfair.hardware import describe
+from robfair.runfolder import RunFolder
 from robfair.safeio import check_output_dir
 from robfair.training import TrainConfig, train
 from robfair.utils import resolve_device, tune_allocator, write_json
@@ -268,7 +270,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "per_class.csv", float_format="%.2f")
     write_json(args.out / "aggregates.json", aggs)
-    write_json(args.out / "audit.json", rep.to_json())
+    rep.save(RunFolder(args.out).audit)  # audit.json + outcomes.npz: `robfair report` reads the folder
     write_json(args.out / "timings.json", timings)
     if isinstance(probe_rec, dict):
         write_json(args.out / "probe.json", probe_rec)

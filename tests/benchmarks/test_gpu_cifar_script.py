@@ -49,7 +49,7 @@ def test_dry_run_writes_consistent_outputs(tmp_path, monkeypatch, capsys):
     # fp32 keeps the test quick (bf16 autocast is ~20x slower on this CPU); CI runs the bf16 dry run
     argv = ["--dry-run", "--data", f"cifar10-jpeg:{archive}", "--out", str(out), "--precision", "fp32"]
     assert gpu.main(argv) == 0
-    for name in ("summary.md", "per_class.csv", "aggregates.json", "audit.json", "timings.json", "info.json",
+    for name in ("summary.md", "per_class.csv", "aggregates.json", "audit.json", "outcomes.npz", "timings.json", "info.json",
                  "train/metrics.jsonl", "train/checkpoints/best.pt"):
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "per_class.csv", index_col="class")
