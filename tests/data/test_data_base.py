@@ -116,6 +116,32 @@ def test_batches_rejects_bad_batch_size_at_call():
         make().batches(0)
 
 
+def test_batch_by_index_is_what_batches_yield():
+    ds = make(n=9, g=torch.arange(9) % 2, groups=["a", "b"])
+    idx = torch.tensor([7, 0, 3])
+    x, y, g = ds.batch(idx, torch.device("cpu"))
+    assert x.dtype == torch.float32 and torch.equal(x, ds.images(idx))  # uint8 converted exactly
+    assert y.tolist() == [1, 0, 0] and g.tolist() == [1, 0, 1]
+    first = next(iter(ds.batches(3)))
+    assert all(torch.equal(a, b) for a, b in zip(first, ds.batch(torch.arange(3), torch.device("cpu"))))
+
+
+def test_place_keeps_a_dataset_already_on_the_device():
+    ds = make()
+    assert ds.place(torch.device("cpu")) is ds
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_place_and_batch_on_cuda():
+    ds = make(n=9)
+    on = ds.place(torch.device("cuda"))
+    assert on.x.is_cuda and on.x.dtype == torch.uint8  # fits easily: moved, still uint8
+    assert ds.place(torch.device("cuda"), fraction=0.0) is ds  # nothing fits in no memory: stays
+    x, _, _ = ds.batch(torch.arange(9), torch.device("cuda"))
+    assert x.is_cuda and torch.equal(x.cpu(), ds.images())  # the CPU's rounding on the GPU too
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batches_on_cuda():

@@ -12,7 +12,7 @@ import torch
 from robfair.errors import ConfigError
 from robfair.models import load_checkpoint
 from _shared import Stop, StopAfterEpoch
-from robfair.training import TrainConfig, random_crop_flip, select_best, train
+from robfair.training import TrainConfig, select_best, train
 
 # small but exercises every piece of state: dropout (global RNG), crop-flip (augment generator),
 # PGD random starts (attack generator), EMA, momentum, a piecewise schedule and the validation attack
@@ -185,25 +185,6 @@ def test_fast_paths_run(digits, monkeypatch):
     result = train(cfg, train_data=small, test_data=small.subset(torch.arange(20)), final_audit=audit)
     assert len(result.history) == 2 and calls == [20] and result.audit == {"n": 20, "training": False}
     assert all(torch.isfinite(v).all() for v in weights(result.model).values())
-
-
-def test_random_crop_flip_is_a_padded_crop():
-    x = torch.rand(6, 2, 5, 4)
-    g = torch.Generator().manual_seed(0)
-    out = random_crop_flip(x, 2, g)
-    assert out.shape == x.shape
-    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
-    flips = 0
-    for i in range(6):
-        windows = [padded[i, :, r:r + 5, c:c + 4] for r in range(5) for c in range(5)]
-        plain = any(torch.equal(out[i], w) for w in windows)
-        flipped = any(torch.equal(out[i], w.flip(-1)) for w in windows)
-        assert plain or flipped
-        flips += flipped and not plain
-    assert 0 < flips < 6  # both branches happen for this seed
-    same = random_crop_flip(x, 2, torch.Generator().manual_seed(0))
-    assert torch.equal(out, same)
-    assert torch.equal(random_crop_flip(x, 0, g).flatten(0, 1).sort(-1)[0], x.flatten(0, 1).sort(-1)[0])
 
 
 def test_bad_inputs_fail_before_anything_is_written(tmp_path, digits):
