@@ -4,16 +4,18 @@
     result = trainer.fit()                                          # -> RunResult
 
 Per epoch: shuffle (a generator seeded from ``cfg.seed`` and the epoch), optional on-device CIFAR
-augmentation, ``method.loss`` under autocast, one optimizer step per batch, the LR schedule stepped
-**per iteration** (milestones and warm-up given in epochs are converted to steps, so warm-up is
-smooth and any batch count works), EMA update, then validation: per-group clean and robust outcomes
-under ``cfg.val_attack`` -> :class:`~robfair.metrics.GroupReport` -> one line of ``metrics.jsonl``,
-``best.pt`` by ``cfg.select`` on validation only, ``last.pt`` every epoch.
+augmentation (:func:`robfair.data.augment.random_crop_flip`), ``method.loss`` under autocast, one
+optimizer step per batch, the LR schedule stepped **per iteration** (milestones and warm-up given
+in epochs are converted to steps, so warm-up is smooth and any batch count works), EMA update,
+then validation: per-group clean and robust outcomes under ``cfg.val_attack`` ->
+:class:`~robfair.metrics.GroupReport` -> one line of ``metrics.jsonl``, ``best.pt`` by
+``cfg.select`` on validation only, ``last.pt`` every epoch.
 
 Randomness: data order, augmentation and attack random starts use generators re-seeded from
-``(cfg.seed, purpose, epoch, rank)`` every epoch; the global torch / numpy / python RNGs are saved in
-``last.pt``. A killed run resumed with ``resume=True`` therefore redoes the interrupted epoch from
-exactly the state it started with and ends bit-identical (on CPU) to an uninterrupted run.
+``(cfg.seed, purpose, epoch, rank)`` every epoch (:func:`robfair.seeding.derive_seed`); the global
+torch / numpy / python RNGs are saved in ``last.pt``. A killed run resumed with ``resume=True``
+therefore redoes the interrupted epoch from exactly the state it started with and ends
+bit-identical (on CPU) to an uninterrupted run.
 
 The run folder (``cfg.out``; None trains in memory and writes nothing), written through
 :class:`robfair.runfolder.RunFolder`::
