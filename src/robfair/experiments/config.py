@@ -54,7 +54,7 @@ from ..errors import ConfigError, RobfairError, one_line
 from ..models.factory import check_model_args
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
-from ..training import METHODS, TrainConfig
+from ..training import TrainConfig
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,8 @@ class StudyConfig(_Block):
     # ------------------------------------------------------------------ derived
     def missing_methods(self) -> list[str]:
         """Methods in ``requires`` that this robfair does not register (the study cannot run yet)."""
+        from ..training import METHODS  # lazy: start-up time (imports every method, ~0.1 s; report/compare need none)
+
         return [m for m in self.requires if m not in METHODS]
 
     def expand(self, out: str | Path | None = None) -> list["RunSpec"]:
@@ -441,6 +443,8 @@ def _short_keys(keys: list[str]) -> dict[str, str]:
 
 def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
     """Expand ``study`` into validated runs: variants x grid points x seeds, deterministic order."""
+    from ..training import METHODS  # lazy: start-up time (imports every method, ~0.1 s; report/compare need none)
+
     out_dir = Path(out).expanduser() if out is not None else study.out_dir
     doc = study.model_dump(mode="json")
     base: dict[str, Any] = {}
