@@ -38,6 +38,7 @@ from ...registry import Registry
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import TrainConfig  # lazy: typing only (annotations)
 
+
 class _MethodRegistry(Registry):
     """The method registry: a registered class that does not set its own ``name`` gets the
     registered one (errors and listings name the method, not its base class)."""
