@@ -51,6 +51,7 @@ from ..attacks import get_attack
 from ..errors import ConfigError, DataError, ModelError, RobfairError
 from ..seeding import batch_generator
 from ..utils import resolve_device
+from .distributed import gather_parts, shard_batches
 from .engine import evaluation_model, run_attack
 
 log = logging.getLogger(__name__)
@@ -380,8 +381,6 @@ def boundary_distances(
     :class:`~robfair.training.distributed.DistInfo` (torchrun): the rank runs whole batches
     ``rank, rank + world_size, ...`` (:func:`robfair.audit.distributed.shard_batches`), the parts
     are gathered, and every rank returns the report one process would."""
-    from .distributed import gather_parts, shard_batches
-
     if method not in (*METHODS, "auto"):
         raise ConfigError(f"unknown distance method {method!r}; choose one of: auto, {', '.join(METHODS)}")
     if len(dataset) == 0:

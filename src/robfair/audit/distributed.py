@@ -40,18 +40,20 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import torch.distributed as torch_dist  # not `dist`: that is the DistInfo argument below
 
 from ..errors import RobfairError
+from .checks import outcome_warnings
 from .engine import Outcomes, evaluate
 
 if TYPE_CHECKING:
-    from ..training.distributed import DistInfo
+    from ..training.distributed import DistInfo  # lazy: typing only (annotations)
 
 log = logging.getLogger(__name__)
 
 
 def _single() -> "DistInfo":
-    from ..training.distributed import DistInfo  # lazily: it imports the training package
+    from ..training.distributed import DistInfo  # lazy: layering (audit sits below training)
 
     return DistInfo()
 
@@ -77,10 +79,8 @@ def shard_batches(order: np.ndarray, batch_size: int, info: DistInfo) -> np.ndar
 def _gather(obj: Any, info: DistInfo) -> list[Any]:
     if not info.enabled:
         return [obj]
-    import torch.distributed as dist
-
     box: list[Any] = [None] * info.world_size
-    dist.all_gather_object(box, obj)
+    torch_dist.all_gather_object(box, obj)
     return box
 
 
@@ -166,8 +166,6 @@ def gather_parts(fn, info: DistInfo) -> list[Any]:
 
 
 def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
-    from .checks import outcome_warnings
-
     checks = [outcome_warnings(p) for p in parts]  # the rest of each part's warnings: the attacks' own
     said = [m for p, c in zip(parts, checks) for m in p.warnings if m not in c]
     out = Outcomes.concat(parts) if len(parts) > 1 else parts[0]

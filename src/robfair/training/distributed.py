@@ -9,6 +9,7 @@ Without torchrun (WORLD_SIZE unset or 1) every function here is a no-op.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from dataclasses import dataclass
@@ -76,16 +77,12 @@ def collective_timeout():
     default 60. torch's own default for NCCL is 10 minutes, less than a sharded audit's ranks may
     wait for one another (rank 0 regenerates the examples' batches, and a rank's last batch of
     AutoAttack can take minutes on a large model) before the next gather."""
-    import datetime
-
     text = os.environ.get("ROBFAIR_DIST_TIMEOUT", "").strip()
     try:
         minutes = float(text) if text else float(DEFAULT_TIMEOUT_MIN)
     except ValueError:
         minutes = -1.0
     if not 0 < minutes < 1e6:  # NaN, inf and absurd values too
-        from ..errors import ConfigError
-
         raise ConfigError(f"ROBFAIR_DIST_TIMEOUT must be a positive number of minutes, got {text!r}; e.g. 60")
     return datetime.timedelta(minutes=minutes)
 
