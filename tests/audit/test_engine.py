@@ -136,7 +136,7 @@ def test_a_refill_without_the_batches_own_generators_would_change_the_outcomes()
     """The refill path needs each batch's own generator (``Chunk.generator``): one generator drawn
     across the batches gives other random starts and other outcomes (what the test above guards)."""
     from robfair.attacks import Chunk, get_attack
-    from robfair.audit.engine import batch_generator
+    from robfair.seeding import batch_generator
 
     model, ds = mlp_problem()
     ref = evaluate(model, ds, ["pgd5"], 0.05, device="cpu", seed=3, batch_size=32)

@@ -117,7 +117,7 @@ def test_bisection_distances_of_a_batch_do_not_depend_on_the_batches_before(mode
     own generator (seeded from its first sample's dataset index). The scheme before, one generator
     drawn across the batches in order, gives other distances to a rank that starts mid-way."""
     from robfair.audit.distances import boundary_distances, minimal_eps
-    from robfair.audit.engine import attack_generator
+    from robfair.seeding import attack_generator
     from robfair.data import load_dataset
     from robfair.models import load_any
 
