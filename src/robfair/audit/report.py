@@ -36,12 +36,13 @@ from ..safeio import read_json
 from ..utils import parse_eps, to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
+from .distributed import evaluate_sharded
 from .engine import Outcomes, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
 
 if TYPE_CHECKING:
-    from ..data import Dataset
+    from ..data import Dataset  # lazy: typing only (annotations)
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +270,6 @@ def audit(
     if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
         raise RobfairError(f"probe must be a sample count per group >= 0, got {probe!r}; 0 disables the probe")
     eps_v = _as_eps(eps, len(dataset))
-    from .distributed import evaluate_sharded
-
     out = evaluate_sharded(model, dataset, attacks, eps_v, dist=dist, batch_size=batch_size, device=device, seed=seed,
                            precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
     names = out.attacks

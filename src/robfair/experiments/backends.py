@@ -10,9 +10,13 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from multiprocessing import connection
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -56,8 +60,6 @@ def check_backend(name: str) -> None:
 def _child(run_dir: str, index: str, threads: int | None, gpu: int | None, heartbeat_s: float,
            stale_after: float, parent: int) -> None:
     """Entry point of one worker process (forkserver/spawn): log to RUN_DIR/worker.log, run, exit."""
-    import sys
-
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if threads:
@@ -68,7 +70,7 @@ def _child(run_dir: str, index: str, threads: int | None, gpu: int | None, heart
     sys.stdout = sys.stderr = logf
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=logf, force=True)
-    from .worker import EXIT_CODES, execute
+    from .worker import EXIT_CODES, execute  # lazy: start-up time (the worker imports the trainer and every method)
 
     try:
         status = execute(run_dir, index, threads=threads, parent=parent, heartbeat_s=heartbeat_s,
@@ -107,8 +109,6 @@ class LocalBackend:
 
     def run(self, jobs: Sequence[Job], index: Path, on_finish: OnFinish | None = None) -> None:
         """Run every job (skipping those the index says are done); returns when none is left."""
-        from multiprocessing.connection import wait
-
         ctx = _context()
         store = Store(index, stale_after=self.stale_after)
         queue: deque[Job] = deque(jobs)
@@ -136,7 +136,7 @@ class LocalBackend:
                     p.start()
                     active[slot] = (p, job)
                 if active:
-                    wait([p.sentinel for p, _ in active.values()], timeout=self.poll_s)
+                    connection.wait([p.sentinel for p, _ in active.values()], timeout=self.poll_s)
                 elif waiting:
                     time.sleep(self.poll_s)
                 for slot, (p, job) in list(active.items()):
@@ -167,9 +167,6 @@ class LocalBackend:
         except BaseException:
             # Ctrl-C / kill: each worker gives its run back, then we stop. A second Ctrl-C must not
             # cut this short, and a claim a worker could not close (killed hard) is released here.
-            import signal
-            import threading
-
             in_main = threading.current_thread() is threading.main_thread()
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
             try:
@@ -198,7 +195,7 @@ class LocalBackend:
 def slurm_entry(run_dir: str, index: str) -> str:
     """What one Slurm array task runs (picklable for submitit)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .worker import execute
+    from .worker import execute  # lazy: start-up time (the worker imports the trainer and every method)
 
     job = os.environ.get("SLURM_ARRAY_JOB_ID")
     task = os.environ.get("SLURM_ARRAY_TASK_ID")

@@ -116,7 +116,7 @@ def sweep(study: StudyConfig, *, out: str | Path | None = None, backend: str = "
     if tensorboard is not None:
         study = study.model_copy(update={"tracking": study.tracking.model_copy(update={"tensorboard": tensorboard})})
     if study.tracking.tensorboard:
-        from .tracking import require_tensorboard
+        from .tracking import require_tensorboard  # lazy: start-up time (tracking imports the trainer)
 
         require_tensorboard()
     if partition is not None:

@@ -26,10 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..audit import AuditReport, audit
+from ..audit.eps_sweep import eps_sweep
+from ..data import load_dataset
 from ..errors import RobfairError
 from ..runfolder import RunFolder
+from ..training import train
 from .config import RunSpec
 from .store import Store, headline_metrics, process_alive, process_start
+from .tracking import TensorBoardCallback
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +91,6 @@ class _Watch(threading.Thread):
 
 def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any:
     """Train (resuming) and audit one run in this process; returns the AuditReport."""
-    import torch
-
-    from ..audit import AuditReport, audit
-    from ..training import train
-
     if threads:
         torch.set_num_threads(int(threads))
     run = RunFolder(run_dir)
@@ -97,8 +99,6 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
     a = spec.audit
     callbacks = []
     if spec.tracking.get("tensorboard"):
-        from .tracking import TensorBoardCallback
-
         callbacks.append(TensorBoardCallback(run.tensorboard))
 
     def do_audit(model: Any, data: Any, eps: float) -> AuditReport:
@@ -110,14 +110,9 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
 
     test = None
     if a["split"] != "test":
-        from ..data import load_dataset
-
         test = load_dataset(cfg.data, a["split"])
     result = train(cfg, callbacks=callbacks, final_audit=lambda m, d: do_audit(m, d, a["eps"]), test_data=test)
     if a.get("eps_sweep"):
-        from ..audit.eps_sweep import eps_sweep
-        from ..data import load_dataset
-
         data = test if test is not None else load_dataset(cfg.data, a["split"])
         sweep = eps_sweep(result.best_model, data, list(a["attacks"]), sorted(set(a["eps_sweep"])),
                           batch_size=a["batch_size"], device=cfg.device, seed=a["seed"], precision=a["precision"],
