@@ -13,7 +13,7 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel, ValidationError  # lazy: typing only (annotations)
 
 
 class RobfairError(Exception):

@@ -44,7 +44,7 @@ def plain(text: Any) -> str:
 
 def term(text: Any) -> str:
     """Text for the rich console: :func:`plain`, with rich markup (``[bold]``) escaped."""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: start-up time (rich, ~20 ms; report and metrics use inert without it)
 
     return escape(plain(text))
 

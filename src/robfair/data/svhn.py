@@ -15,7 +15,7 @@ FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 
 def read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(x uint8 (N, 3, 32, 32), y int64 (N,)) from one .mat file; label 10 (digit 0) becomes 0."""
-    import scipy.io
+    import scipy.io  # lazy: import time (scipy.io, ~0.3 s; only SVHN's .mat files need it)
 
     try:
         mat = scipy.io.loadmat(path, variable_names=["X", "y"])
