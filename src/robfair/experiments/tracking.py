@@ -26,7 +26,7 @@ except Exception:  # pragma: no cover
 def require_tensorboard() -> Any:
     """``torch.utils.tensorboard.SummaryWriter``; a one-line ConfigError when tensorboard is missing."""
     try:
-        import tensorboard  # noqa: F401
+        import tensorboard  # noqa: F401  # lazy: optional extra (robfair[tensorboard])
         from torch.utils.tensorboard import SummaryWriter  # lazy: optional extra (robfair[tensorboard])
     except ImportError:
         raise ConfigError("TensorBoard tracking was asked for but tensorboard is not installed; "

@@ -89,7 +89,7 @@ class ReportViews:
 
         with matplotlib.rc_context(mpl_rc()):  # labels are untrusted text: no math parsing
             if ax is None:
-                import matplotlib.pyplot as plt
+                import matplotlib.pyplot as plt  # lazy: import time (matplotlib)
 
                 rep = self._headline()
                 _, ax = plt.subplots(figsize=(max(6.0, 0.65 * rep.num_groups + 2), 3.4))

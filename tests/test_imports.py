@@ -1,0 +1,54 @@
+"""The import rule of the package: an import inside a function says why it is there.
+
+Imports sit at module top so a module's first lines show its dependencies. One inside a function
+carries ``# lazy: <reason>`` (start-up time, optional extra, layering, cycle, typing only) on its
+line, or on a comment line just above its block of imports. ``cli/`` is exempt: the whole command
+package imports on demand (see ``robfair/cli/__init__.py``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import robfair
+
+SRC = Path(robfair.__file__).parent
+
+
+def unexplained_imports(path: Path, root: Path = SRC) -> list[str]:
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            k = node.lineno - 1
+            if "# lazy" in lines[k] or "(lazy:" in lines[k]:
+                continue
+            j = k - 1  # up through the block of imports (blank lines included) to the comment above it
+            while j >= 0 and (not lines[j].strip() or lines[j].strip().startswith(("import ", "from "))):
+                if "# lazy" in lines[j]:
+                    break
+                j -= 1
+            if j >= 0 and "# lazy" in lines[j]:
+                continue
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {lines[k].strip()}")
+    return found
+
+
+def test_every_import_inside_a_function_says_why():
+    files = [p for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).parts[0] != "cli"]
+    assert len(files) > 50
+    bad = [line for p in files for line in unexplained_imports(p)]
+    assert bad == []
+
+
+def test_the_check_finds_an_unexplained_import(tmp_path):
+    f = tmp_path / "mod.py"
+    f.write_text("import os\n\n\ndef f():\n    import json\n\n    return json\n\n\ndef g():\n"
+                 "    # lazy: start-up time\n    import json\n\n    import sys\n    return json, sys\n\n\n"
+                 "def h():\n    import csv  # lazy: cycle\n    return csv\n")
+    assert unexplained_imports(f, tmp_path) == ["mod.py:5: import json"]
