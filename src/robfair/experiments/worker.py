@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
+from .. import training  # called as training.train at run time, so the trainer can be swapped (tests do)
 from ..audit import AuditReport, audit
 from ..audit.eps_sweep import eps_sweep
 from ..data import load_dataset
 from ..errors import RobfairError
 from ..runfolder import RunFolder
-from ..training import train
 from .config import RunSpec
 from .store import Store, headline_metrics, process_alive, process_start
 from .tracking import TensorBoardCallback
@@ -111,7 +111,7 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
     test = None
     if a["split"] != "test":
         test = load_dataset(cfg.data, a["split"])
-    result = train(cfg, callbacks=callbacks, final_audit=lambda m, d: do_audit(m, d, a["eps"]), test_data=test)
+    result = training.train(cfg, callbacks=callbacks, final_audit=lambda m, d: do_audit(m, d, a["eps"]), test_data=test)
     if a.get("eps_sweep"):
         data = test if test is not None else load_dataset(cfg.data, a["split"])
         sweep = eps_sweep(result.best_model, data, list(a["attacks"]), sorted(set(a["eps_sweep"])),
