@@ -48,6 +48,7 @@ AUDIT_FILE = "audit.json"
 OUTCOMES_FILE = "outcomes.npz"
 EXAMPLES_FILE = "examples.npz"
 EPS_SWEEP_FILE = "eps_sweep.json"
+CERTIFY_FILE = "certify.json"
 ATTEMPTS_FILE = "attempts.jsonl"
 WORKER_LOG = "worker.log"
 CHECKPOINTS_DIR = "checkpoints"
@@ -195,6 +196,10 @@ class RunFolder:
         return self.root / EPS_SWEEP_FILE
 
     @property
+    def certify(self) -> Path:
+        return self.root / CERTIFY_FILE
+
+    @property
     def attempts(self) -> Path:
         return self.root / ATTEMPTS_FILE
 
@@ -325,4 +330,5 @@ def remove_orphan_temps(folder: str | os.PathLike, *, recursive: bool = False) -
 __all__ = ["RunFolder", "audit_file", "audit_target", "is_study_folder", "is_audit_file", "outcomes_path", "examples_path", "sidecar_path", "read_jsonl",
            "is_run_folder", "holds_results", "remove_orphan_temps", "RUN_FILES", "RUN_MARKERS", "STUDY_MARKERS",
            "AUDIT_FILE", "OUTCOMES_FILE", "EXAMPLES_FILE", "METRICS_FILE", "CONFIG_FILE", "RUN_SPEC_FILE", "EPS_SWEEP_FILE",
+           "CERTIFY_FILE",
            "ATTEMPTS_FILE", "WORKER_LOG", "CHECKPOINTS_DIR", "TENSORBOARD_DIR", "BEST_CHECKPOINT", "LAST_CHECKPOINT"]

@@ -93,7 +93,8 @@ def test_ground_floor_imports_no_torch():
 
 @pytest.mark.parametrize("module", ["robfair.training.trainer", "robfair.experiments.worker", "robfair.experiments.results",
                                     "robfair.experiments.sweep", "robfair.experiments.compare", "robfair.cli.app",
-                                    "robfair.report.html", "robfair.safeio"])
+                                    "robfair.report.html", "robfair.report.certify", "robfair.cli.certify",
+                                    "robfair.safeio"])
 def test_run_file_names_are_spelled_once(module):
     """The users of a run folder take its file names from RunFolder, not from string literals."""
     import importlib
@@ -101,7 +102,7 @@ def test_run_file_names_are_spelled_once(module):
 
     src = inspect.getsource(importlib.import_module(module))
     for name in ('"audit.json"', '"metrics.jsonl"', '"checkpoints"', '"best.pt"', '"last.pt"', '"run.yaml"',
-                 '"config.yaml"', '"attempts.jsonl"', '"eps_sweep.json"'):
+                 '"config.yaml"', '"attempts.jsonl"', '"eps_sweep.json"', '"certify.json"'):
         code_lines = [ln for ln in src.splitlines() if name in ln and not ln.lstrip().startswith(("#", '"""'))
                       and "``" not in ln]
         assert not code_lines, f"{module} spells {name}: {code_lines[0].strip()}"

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..inert import term
+from ..runfolder import CERTIFY_FILE
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_number
 from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, MODEL_OPTION,
                   STD_OPTION, _Bars, _progress, app, console, err_console)
@@ -21,7 +22,7 @@ def _paths(out: Optional[Path], outcomes: Optional[Path]) -> tuple[Optional[Path
         return None, outcomes, None
     out = out.expanduser()
     if out.suffix.lower() != ".json":
-        out = out / "certify.json"
+        out = out / CERTIFY_FILE
     oc = outcomes if outcomes is not None else out.with_name(out.stem + "_outcomes.csv")
     return out, oc, out.with_name(f".{out.stem}.partial.npz")
 

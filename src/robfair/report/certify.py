@@ -2,7 +2,7 @@
 class, and the per-class / gap tables. Everything is drawn from ``certify.json`` (schema
 ``robfair.certify/1``), so a report needs no per-sample file.
 
-    page = render_certify_html({"pgd-at": json.load(open("certify.json"))}, title="...")
+    page = render_certify_html({"pgd-at": read_certify("runs/pgd-at")}, title="...")   # its certify.json
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ import pandas as pd
 from .. import __version__
 from ..errors import RobfairError
 from ..inert import plain
+from ..runfolder import RunFolder
 from ..safeio import read_json
 from .html import Figure, _mpl, _png, render_html
 from .tables import Table
 
-CERTIFY_FILE = "certify.json"
-
 
 def read_certify(run_dir: Path) -> dict | None:
     """A run folder's ``certify.json`` (None when absent); RobfairError when it is not one."""
-    p = Path(run_dir) / CERTIFY_FILE
+    p = RunFolder(run_dir).certify
     if not p.exists():
         return None
     try:
