@@ -38,6 +38,14 @@ not page-faulted back every step); ``ROBFAIR_NO_MALLOPT=1`` measures the untuned
     python benchmarks/bench_audit.py --quick         # CI smoke run: 3 epochs, 1 repeat, subset
     python benchmarks/bench_audit.py --out ckpts     # keep the trained models (reuse with --st/--at)
     python benchmarks/bench_audit.py --st ckpts/standard.pt --at ckpts/pgd-at.pt --split all
+    python benchmarks/bench_audit.py --data fashion-mnist --engine-only --ways full refill --repeats 3
+
+``--data fashion-mnist`` is a realistic audit size: the Fashion-MNIST test set (10,000 28x28 images,
+Debian's dataset-fashion-mnist or idx files in ~/.robfair/data/fashion-mnist) against a small CNN
+(``--width``, default 4) the bench trains in about a minute (3 epochs on the first ``--train-n``
+training images, PGD-AT at ``--train-eps``); one full PGD-20 evaluation there takes ~30 s on one
+core, hence ``--engine-only`` (only the engine table) and ``--ways full refill`` (the two the bound
+needs). It is off by default: the CI smoke run (``--quick``) stays on digits.
 """
 
 from __future__ import annotations
@@ -62,12 +70,23 @@ from robfair.models import load_checkpoint, save_checkpoint
 from robfair.utils import tune_allocator
 
 
-def trained(method: str, epochs: int, out: Path, eps: float):
+def trained(method: str, epochs: int, out: Path, eps: float, data: str = "digits", width: int = 32,
+            train_n: int | None = None):
+    """The demo's small CNN (digits), or on Fashion-MNIST a ``width`` small CNN trained on the first
+    ``train_n`` training images (a quick model: the bench times attacks, not training)."""
     from robfair.demo import demo_config
-    from robfair.training import train
+    from robfair.training import TrainConfig, train
 
-    cfg = demo_config(method, method, out=out / method, eps=eps, epochs=epochs, seed=0, device="cpu")
-    return train(cfg).best_model
+    if data == "digits":
+        cfg = demo_config(method, method, out=out / method, eps=eps, epochs=epochs, seed=0, device="cpu")
+        return train(cfg).best_model
+    tr = load_dataset(data, split="train")
+    if train_n is not None and train_n < len(tr.y):
+        tr = tr.subset(torch.arange(train_n))
+    cfg = TrainConfig(data=data, model="smallcnn", model_kwargs={"width": width}, method=method, eps=eps,
+                      epochs=epochs, batch_size=128, optimizer="adam", lr=2e-3, weight_decay=0.0, schedule="cosine",
+                      val_per_class=0, val_attack="none", seed=0, device="cpu", out=str(out / method))
+    return train(cfg, train_data=tr).best_model
 
 
 def chunks(x, y, eps, batch):
@@ -149,8 +168,21 @@ def main(argv=None) -> int:
     p.add_argument("--st", type=Path, help="checkpoint of a standard model (default: train one)")
     p.add_argument("--at", type=Path, help="checkpoint of a PGD-AT model (default: train one)")
     p.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.2])
+    p.add_argument("--data", choices=["digits", "fashion-mnist"], default="digits",
+                   help="digits (8x8), or the Fashion-MNIST test set (10,000 28x28 images: a realistic audit size; "
+                        "needs Debian's dataset-fashion-mnist or the idx files in ~/.robfair/data/fashion-mnist)")
     p.add_argument("--split", choices=["test", "all"], default="test",
                    help="digits test split (451 images), or train + test (1797: a longer stream to refill from)")
+    p.add_argument("--n", type=int, default=None, help="attack only the first N images (Fashion-MNIST --quick: 1024)")
+    p.add_argument("--width", type=int, default=4, help="Fashion-MNIST: the small CNN's width (digits: the demo's 32)")
+    p.add_argument("--train-n", type=int, default=10000, help="Fashion-MNIST: train on the first N training images")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: digits 30, Fashion-MNIST 3)")
+    p.add_argument("--ways", nargs="+", choices=["full", "early", "refill"], default=["full", "early", "refill"],
+                   help="the ways timed (full and refill always: the bound needs them)")
+    p.add_argument("--models", nargs="+", choices=["standard", "pgd-at"], default=["standard", "pgd-at"],
+                   help="the models benchmarked")
+    p.add_argument("--engine-only", action="store_true",
+                   help="only the engine.evaluate table (no direct PGD.stream table, channels_last or bf16 parts)")
     p.add_argument("--train-eps", type=float, default=0.1, help="PGD-AT training radius")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=256)
@@ -161,24 +193,40 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     tuned = tune_allocator()
     torch.manual_seed(0)
-    epochs, repeats = (3, 1) if args.quick else (30, 5)
+    fashion = args.data != "digits"
+    if fashion and args.split != "test":
+        print("--split all is for digits; Fashion-MNIST attacks its 10,000-image test set (use --n for fewer)",
+              file=sys.stderr)
+        return 2
+    epochs, repeats = (3, 1) if args.quick else (3 if fashion else 30, 5)
+    epochs = args.epochs or (1 if fashion and args.quick else epochs)
     repeats = args.repeats or repeats
-    ds = load_dataset("digits", split="test")
-    x, y = ds.x.float(), ds.y
+    ways = [m for m in ("full", "early", "refill") if m in set(args.ways) | {"full", "refill"}]
+    ds = load_dataset(args.data, split="test")
+    x, y = ds.images(), ds.y
     if args.split == "all":
         tr = load_dataset("digits", split="train")
-        x, y = torch.cat([x, tr.x.float()]), torch.cat([y, tr.y])
+        x, y = torch.cat([x, tr.images()]), torch.cat([y, tr.y])
+    n = args.n if args.n is not None else 1024 if fashion and args.quick else None
+    if n is not None:
+        x, y = x[:n], y[:n]
     with tempfile.TemporaryDirectory() as tmp:
         where = args.out or Path(tmp)
         models = {}
         for name, ck, method in (("standard", args.st, "standard"), ("pgd-at", args.at, "pgd-at")):
+            if name not in args.models:
+                continue
             if ck:
                 models[name] = load_checkpoint(ck)[0].eval()
             else:
-                models[name] = trained(method, epochs, where, args.train_eps).eval()
+                models[name] = trained(method, epochs, where, args.train_eps, args.data, args.width,
+                                       args.train_n).eval()
                 if args.out:
                     save_checkpoint(args.out / f"{name}.pt", models[name], classes=list(ds.classes))
-    print(f"# bench_audit: digits {'test' if args.split == 'test' else 'train+test'} n={len(y)}, PGD-{args.steps} L-inf, batch {args.batch}, "
+    what = (f"{args.data} test, small CNN width {args.width} ({epochs} epochs on {args.train_n} training images)"
+            if fashion and not (args.st or args.at) else f"{args.data} test" if fashion
+            else f"digits {'test' if args.split == 'test' else 'train+test'}")
+    print(f"# bench_audit: {what} n={len(y)}, PGD-{args.steps} L-inf, batch {args.batch}, "
           f"CPU clock, median of {repeats}, alternating{' [quick]' if args.quick else ''}")
     print(f"# hardware: {hardware.describe('cpu')}; glibc allocator tuned: {tuned}")
     k = args.steps
@@ -205,30 +253,40 @@ def main(argv=None) -> int:
                     calls[m] = list(passes[name].calls)
                     return res
 
-                fns = {m: (lambda m=m: once(m)) for m in ("full", "early", "refill")}
+                fns = {m: (lambda m=m: once(m)) for m in ways}
                 t, out = alternate(fns, repeats)
                 fooled, fstep = out["full"]
                 same = all(torch.equal(out[m][0], fooled) and torch.equal(out[m][1], fstep) for m in out)
                 good &= same
                 needed = torch.where(fooled, fstep + 1, torch.full_like(fstep, k + 1)).sum().item()
                 bound = len(y) * (k + 1) / needed
-                sx, rx = t["full"] / t["early"], t["full"] / t["refill"]
-                npass = "/".join(str(sum(g for _, g in calls[m])) for m in ("full", "early", "refill"))
+                rx = t["full"] / t["refill"]
+                npass = "/".join(str(sum(g for _, g in calls[m])) if m in calls else "-" for m in ("full", "early", "refill"))
+                early_s, early_x = ((f"{t['early']:>8.2f}", f"{t['full'] / t['early']:>7.2f}x") if "early" in t
+                                    else (f"{'-':>8}", f"{'-':>8}"))
                 mx = modelled(calls["full"], costs[name]) / modelled(calls["refill"], costs[name])
                 print(f"{name:<9} {eps:>5g} {1 - fooled.double().mean().item():>8.4f} {str(same):>5} {t['full']:>7.2f} "
-                      f"{t['early']:>8.2f} {t['refill']:>9.2f} {sx:>7.2f}x {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f} "
+                      f"{early_s} {t['refill']:>9.2f} {early_x} {rx:>8.2f}x {bound:>7.2f}x {rx / bound:>13.2f} "
                       f"{npass:>13} {mx:>7.2f}x")
         return good
 
-    ok = table(lambda model, eps, m: attack(model, x, y, eps, m, args.batch, k))
+    ok = True
+    if not args.engine_only:
+        ok &= table(lambda model, eps, m: attack(model, x, y, eps, m, args.batch, k))
+        print()
     # the same through the engine (one clean forward per batch, per-batch generators)
-    ds_all = Dataset(x=x, y=y, classes=list(ds.classes), name="digits")
-    print()
+    ds_all = Dataset(x=x, y=y, classes=list(ds.classes), name=args.data)
     print("through engine.evaluate (whole evaluation timed):")
     ok &= table(lambda model, eps, m: engine(model, ds_all, eps, m, args.batch, k))
+    if args.engine_only:
+        if not ok:
+            print("MISMATCH: early exit or refill changed an outcome", file=sys.stderr)
+            return 1
+        return 0
 
     # channels_last: exact strides vs contiguous, and the 1-channel stride trap
-    model = models["pgd-at"]
+    cl_name = "pgd-at" if "pgd-at" in models else "standard"
+    model = models[cl_name]
     eps = args.eps[0]
     cl = copy.deepcopy(model).to(memory_format=torch.channels_last)
     x_cl = hardware.channels_last(x)
@@ -239,7 +297,7 @@ def main(argv=None) -> int:
     same = all(torch.equal(out[m][0], out["contiguous"][0]) for m in out)
     ok &= same
     print()
-    print(f"channels_last (pgd-at, eps {eps:g}, PGD-{k} full, input {tuple(x.shape[1:])}): contiguous "
+    print(f"channels_last ({cl_name}, eps {eps:g}, PGD-{k} full, input {tuple(x.shape[1:])}): contiguous "
           f"{t['contiguous']:.2f} s, channels_last {t['channels_last']:.2f} s "
           f"({t['contiguous'] / t['channels_last']:.2f}x), channels_last model on default-stride input "
           f"{t['cl model, default strides']:.2f} s ({t['cl model, default strides'] / t['channels_last']:.2f}x slower "
