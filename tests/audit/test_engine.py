@@ -12,9 +12,10 @@ from torch import nn
 
 from robfair.audit import AuditReport, Outcomes, audit, evaluate, model_state
 from robfair.audit.distances import boundary_distances
+from robfair.audit.distributed import evaluate_sharded
 from robfair.audit.eps_sweep import eps_sweep
 from robfair.data import Dataset
-from robfair.errors import RobfairError
+from robfair.errors import DataError, RobfairError
 
 
 def mlp_problem(n=240, k=4, seed=0, groups=True):
@@ -186,6 +187,21 @@ def test_outcomes_of_shards_concatenate_to_the_whole():
     assert joined.report("fgsm") == whole.report("fgsm")
     with pytest.raises(RobfairError, match="overlap"):
         Outcomes.concat([parts[0], parts[0]])
+
+
+@pytest.mark.parametrize("bad", [[-1, 0], [0, 240]])
+def test_indices_outside_the_dataset_are_refused_in_one_line_on_every_path(bad):
+    # a negative index would otherwise wrap round to the end silently; the sharded audit and the
+    # distances read the same indices through the same helper
+    model, ds = mlp_problem()
+    for run in (lambda: evaluate(model, ds, ["fgsm"], 0.08, device="cpu", indices=bad),
+                lambda: evaluate_sharded(model, ds, ["fgsm"], 0.08, device="cpu", indices=bad),
+                lambda: boundary_distances(model, ds, method="bisection", attack="fgsm", eps_max=0.2,
+                                           device="cpu", indices=bad)):
+        with pytest.raises(DataError, match=r"indices must lie in 0\.\.239"):
+            run()
+    ok = evaluate(model, ds, ["fgsm"], 0.08, device="cpu", indices=torch.tensor([239, 0]))
+    assert ok.index.tolist() == [239, 0]
 
 
 class FakeAccelerator(torch.Tensor):

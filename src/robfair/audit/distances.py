@@ -52,7 +52,7 @@ from ..errors import ConfigError, DataError, ModelError, RobfairError
 from ..seeding import batch_generator
 from ..utils import resolve_device
 from .distributed import gather_parts, shard_batches
-from .engine import evaluation_model, run_attack
+from .engine import evaluation_model, run_attack, sample_order
 
 log = logging.getLogger(__name__)
 
@@ -398,10 +398,7 @@ def boundary_distances(
     dev = resolve_device(device)
     bs = int(batch_size)
     n_all = len(dataset)
-    order = np.arange(n_all, dtype=np.int64) if indices is None else np.asarray(
-        indices.cpu() if hasattr(indices, "cpu") else indices, dtype=np.int64)
-    if order.size and (order.min() < 0 or order.max() >= n_all):
-        raise DataError(f"indices must lie in 0..{n_all - 1}; got {int(order.min())}..{int(order.max())}")
+    order = sample_order(indices, n_all)
     info = dist
     mine = order if info is None else shard_batches(order, bs, info)
     main_rank = info is None or info.is_main

@@ -44,7 +44,7 @@ import torch.distributed as torch_dist  # not `dist`: that is the DistInfo argum
 
 from ..errors import RobfairError
 from .checks import outcome_warnings
-from .engine import Outcomes, evaluate
+from .engine import Outcomes, evaluate, sample_order
 
 if TYPE_CHECKING:
     from ..training.distributed import DistInfo  # lazy: typing only (annotations)
@@ -125,10 +125,7 @@ def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any,
     order, cut into batches). Other keywords go to ``evaluate``. See the module docstring."""
     info = dist or _single()
     t0 = time.perf_counter()
-    n_all = len(dataset)
-    order = np.arange(n_all, dtype=np.int64) if indices is None else np.asarray(
-        indices.cpu() if hasattr(indices, "cpu") else indices, dtype=np.int64)
-    mine = shard_batches(order, batch_size, info)
+    mine = shard_batches(sample_order(indices, len(dataset)), batch_size, info)
 
     def part() -> Outcomes | None:
         if not mine.size:

@@ -378,6 +378,17 @@ def read_npz(path: str | Path, schema: str):
 
 
 # ============================================================================ the loop
+def sample_order(indices: Any, n: int) -> np.ndarray:
+    """The dataset items an evaluation runs, in order, as int64: all ``n`` when ``indices`` is
+    None, else ``indices`` (a sequence, array or tensor on any device), each in ``0..n-1``."""
+    if indices is None:
+        return np.arange(n, dtype=np.int64)
+    order = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64).reshape(-1)
+    if order.size and (order.min() < 0 or order.max() >= n):
+        raise DataError(f"indices must lie in 0..{n - 1}; got {int(order.min())}..{int(order.max())}")
+    return order
+
+
 def _check_eps(eps: Any, n: int) -> float | torch.Tensor | list[float]:
     """What the entry points pass down: a float, an (n,) tensor, or an increasing list of floats."""
     if isinstance(eps, torch.Tensor):
@@ -439,8 +450,7 @@ def evaluate(
     n_all = len(dataset)
     eps_v = _check_eps(eps, n_all)
     if indices is not None:
-        idx = torch.as_tensor(np.asarray(indices if not isinstance(indices, torch.Tensor) else indices.cpu()),
-                              dtype=torch.long)
+        idx = torch.from_numpy(sample_order(indices, n_all))
         if isinstance(eps_v, torch.Tensor):
             eps_v = eps_v[idx.to(eps_v.device)]
         ds = dataset.subset(idx)
