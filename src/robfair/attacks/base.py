@@ -19,9 +19,10 @@ An attack is a callable ``attack(model, x, y, eps, *, generator=None, early_exit
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import numbers
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,59 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 LOSSES = ("ce", "cw")
 NORMS = ("linf", "l2")
+
+
+#: what one sample's pass through the model costs, in forward passes: a forward alone is 1, a forward
+#: with the input gradient 2 (the backward to the input costs about one forward; measured 1.3-2.5x
+#: per row on this project's CPU models). The audit's and the reliability probe's costs are counted
+#: in these units (:func:`count_passes`).
+GRADIENT_PASS_UNITS = 2
+
+
+@dataclass
+class PassCount:
+    """Rows that went through a model inside :func:`count_passes`: ``forward`` without an input
+    gradient, ``gradient`` with one (a leaf input that requires grad, grad mode on)."""
+
+    forward: int = 0
+    gradient: int = 0
+    on_pass: Callable[["PassCount"], None] | None = None
+
+    @property
+    def units(self) -> int:
+        return self.forward + GRADIENT_PASS_UNITS * self.gradient
+
+
+_COUNTS: contextvars.ContextVar[tuple[PassCount, ...]] = contextvars.ContextVar("robfair_pass_counts", default=())
+
+
+@contextlib.contextmanager
+def count_passes(on_pass: Callable[[PassCount], None] | None = None) -> Iterator[PassCount]:
+    """Count every pass an attack makes through the model (:meth:`Attack.logits` and
+    :meth:`Attack.logits_fp32`, which every robfair attack uses, AutoAttack's official code
+    included) inside the block; blocks nest, each counting what runs inside it. ``on_pass`` is
+    called after each counted pass (progress)."""
+    c = PassCount(on_pass=on_pass)
+    token = _COUNTS.set(_COUNTS.get() + (c,))
+    try:
+        yield c
+    finally:
+        _COUNTS.reset(token)
+
+
+def _tally(x: torch.Tensor) -> None:
+    counts = _COUNTS.get()
+    if not counts:
+        return
+    rows = int(x.shape[0]) if x.dim() else 1
+    grad = torch.is_grad_enabled() and x.requires_grad
+    for c in counts:
+        if grad:
+            c.gradient += rows
+        else:
+            c.forward += rows
+        if c.on_pass is not None:
+            c.on_pass(c)
 
 
 def as_eps(eps: float | int | torch.Tensor, x: torch.Tensor, what: str = "epsilon") -> torch.Tensor:
@@ -258,6 +312,7 @@ class Attack:
     # -- helpers for subclasses ------------------------------------------------------------------
     def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """``model(x)`` under the configured precision; half-precision logits come back as fp32."""
+        _tally(x)
         if self._precision == "fp32":
             z = model(x)
         else:
@@ -270,6 +325,7 @@ class Attack:
     def logits_fp32(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """``model(x)`` at the model's own dtype with autocast off (an autocast the caller entered
         included): the precision that confirms success under bf16 / fp16."""
+        _tally(x)
         with torch.autocast(device_type=x.device.type, enabled=False):
             z = model(x)
         return z.float() if z.dtype in (torch.float16, torch.bfloat16) else z

@@ -29,7 +29,8 @@ equal to one process:
 
 Timings are per run: ``meta["seconds"]`` is this evaluation's wall time (gather included),
 ``attack_seconds`` the attack time summed over ranks, and ``meta["distributed"]`` records the world
-size and each shard's seconds. Attacked-sample counts are summed, so they equal one process's.
+size and each shard's seconds. Attacked-sample counts and the attacks' passes (``attack_units``)
+are summed, so they equal one process's.
 """
 
 from __future__ import annotations
@@ -182,6 +183,8 @@ def _join(parts: list[Outcomes], info: DistInfo, seconds: float) -> Outcomes:
         vals = [m["attacked_samples"][k] for m in metas]
         counts[k] = [int(sum(c)) for c in zip(*vals)] if isinstance(v, list) else int(sum(vals))
     meta["attacked_samples"] = counts
+    meta["attack_units"] = {k: int(sum(m.get("attack_units", {}).get(k, 0) for m in metas))
+                            for k in metas[0].get("attack_units", {})}
     if info.enabled:
         meta["distributed"] = {"world_size": info.world_size,
                                "shard_seconds": [m.get("seconds") for m in metas]}

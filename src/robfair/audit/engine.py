@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 from ..attacks import get_attack
-from ..attacks.base import Attack
+from ..attacks.base import Attack, count_passes
 from ..attacks.pgd import FGSM, PGD, Chunk
 from ..errors import AttackError, DataError, ModelError, RobfairError
 from ..hardware import channels_last as to_channels_last
@@ -471,6 +471,7 @@ def evaluate(
     adv_all = {name: np.empty((R, n), dtype=np.int64) for name, _ in named}
     step_all = {name: np.full((R, n), NOT_FOOLED, dtype=np.int64) for name, _ in named}
     timings = {name: 0.0 for name, _ in named}
+    units = {name: 0 for name, _ in named}  # the attacks' passes through the model (GRADIENT_PASS_UNITS)
     said: dict[str, list[str]] = {name: [] for name, _ in named}  # the attacks' own reliability messages
     attacked = {name: [0] * R for name, _ in named}
     kept: dict[str, list[torch.Tensor]] | None = {name: [] for name, _ in named} if keep_adv else None
@@ -512,19 +513,21 @@ def evaluate(
                         adv_all[name][0, pos:pos + m] = clean_all[pos:pos + m]
                     continue
                 ta = time.perf_counter()
-                if not sweep:
-                    e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
-                    pred, step = run_attack(atk, net, x, y, e_b, generator=batch_generator(dev, seed, name, first),
-                                            early_exit=early_exit, precision=precision, warnings=said[name],
-                                            adv_out=None if kept is None else kept[name])
-                    adv_all[name][0, pos:pos + m] = pred.cpu().numpy()
-                    step_all[name][0, pos:pos + m] = step.cpu().numpy()
-                    attacked[name][0] += m
-                else:
-                    gens = [batch_generator(dev, seed, name, first, e) for e in radii]  # type: ignore[union-attr]
-                    _sweep_batch(atk, net, x, y, clean, radii, gens, monotone, early_exit, precision,  # type: ignore[arg-type]
-                                 adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
-                                 said[name])
+                with count_passes() as pc:
+                    if not sweep:
+                        e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
+                        pred, step = run_attack(atk, net, x, y, e_b, generator=batch_generator(dev, seed, name, first),
+                                                early_exit=early_exit, precision=precision, warnings=said[name],
+                                                adv_out=None if kept is None else kept[name])
+                        adv_all[name][0, pos:pos + m] = pred.cpu().numpy()
+                        step_all[name][0, pos:pos + m] = step.cpu().numpy()
+                        attacked[name][0] += m
+                    else:
+                        gens = [batch_generator(dev, seed, name, first, e) for e in radii]  # type: ignore[union-attr]
+                        _sweep_batch(atk, net, x, y, clean, radii, gens, monotone, early_exit, precision,  # type: ignore[arg-type]
+                                     adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
+                                     said[name])
+                units[name] += pc.units
                 timings[name] += time.perf_counter() - ta
             yield pos, x, y
             pos += m
@@ -548,9 +551,12 @@ def evaluate(
         for name, atk, j in passes:
             ta = time.perf_counter()
             waited = [0.0]  # seconds spent producing the batches (the first pass runs the other attacks)
-            _refill_pass(atk, net, _timed(source, waited), name, j, radii if sweep else None, eps_v, monotone,
-                         dev, seed, idx, bs, y_all, clean_all, adv_all[name], step_all[name], attacked[name],
-                         said[name], None if kept is None else kept[name])
+            others = sum(units.values())  # the first pass's attacks run inside this one's block: not its passes
+            with count_passes() as pc:
+                _refill_pass(atk, net, _timed(source, waited), name, j, radii if sweep else None, eps_v, monotone,
+                             dev, seed, idx, bs, y_all, clean_all, adv_all[name], step_all[name], attacked[name],
+                             said[name], None if kept is None else kept[name])
+            units[name] += pc.units - (sum(units.values()) - others)
             timings[name] += time.perf_counter() - ta - waited[0]
             source = again()
     eps_label: float | str | None = (radii[0] if radii is not None and len(radii) == 1 else
@@ -568,6 +574,7 @@ def evaluate(
                 "channels_last": bool(channels_last), "early_exit": bool(early_exit),
                 "seconds": round(time.perf_counter() - t0, 3),
                 "attack_seconds": {k: round(v, 3) for k, v in timings.items()},
+                "attack_units": dict(units),
                 "attacked_samples": attacked if sweep else {k: v[0] for k, v in attacked.items()},
                 "refilled": [name for name, _ in named if name in refilled]}
     out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
