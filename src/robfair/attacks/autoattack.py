@@ -23,6 +23,12 @@ What the wrapper adds:
   collects them into ``AttackResult.warnings`` (one line each, prefixed ``autoattack:``) and
   nothing reaches stderr. ``x_adv`` alone (``attack(...)``) logs them at WARNING through robfair's logger.
 - ``early_exit`` has no effect: AutoAttack always attacks only the points still robust.
+- **Its cascade in stages.** ``stages=["apgd-ce"]`` runs only those attacks of the version's
+  cascade, each with the version's own settings (``standard``: APGD-CE 1 restart, APGD-T and
+  FAB-T 9 targets, Square 5,000 queries); the official run attacks each stage's survivors with the
+  next, so ``stages=[first]`` on every sample and then ``stages=[the rest]`` on its survivors is
+  the same cascade split over two calls (the reliability probe, :mod:`robfair.audit.probe`).
+  :func:`cascade` lists a version's attacks for a number of classes.
 - **A state file, on request.** Inside ``with state_file(path):`` every run writes the official
   package's evaluation state (``pyautoattack``'s ``state_path``: which of its attacks have run on
   the batch being attacked, and which of its samples are still robust) to ``path``, a progress
@@ -85,6 +91,23 @@ def state_file(path: str | Path | None) -> Iterator[Path | None]:
         _STATE_PATH.reset(token)
 
 
+def cascade(version: str = "standard", n_classes: int = 10, attacks: Sequence[str] | None = None) -> list[str]:
+    """The attacks AutoAttack runs, in order, for a model with ``n_classes`` outputs: the
+    version's (``standard``: APGD-CE, APGD-T, FAB-T, Square), ``["apgd-ce", "fab", "square"]``
+    with fewer than 4 classes (the targeted DLR loss needs 4), or ``attacks`` when given."""
+    if attacks is not None:
+        return list(attacks)
+    if n_classes < 4:
+        return ["apgd-ce", "fab", "square"]
+    return list(_VERSION_ATTACKS[check_choice(version, VERSIONS, "AutoAttack version")])
+
+
+#: each version's cascade, as pyautoattack's ``_set_version`` sets it (L-inf and L2)
+_VERSION_ATTACKS = {"standard": ("apgd-ce", "apgd-t", "fab-t", "square"),
+                    "plus": ("apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"),
+                    "rand": ("apgd-ce", "apgd-dlr")}
+
+
 @ATTACKS.register("autoattack", aliases=("aa",),
                   help="AutoAttack (APGD-CE, APGD-T, FAB-T, Square), official pyautoattack, optional",
                   forms=("autoattack", "autoattack-l2", "autoattack-plus", "autoattack-rand"),
@@ -105,21 +128,27 @@ class AutoAttack(Attack):
         seed: used when no generator is passed to the call.
         batch_size: AutoAttack's internal batch (default: the whole group at once).
         precision: ``"bf16"`` / ``"fp16"`` wrap the model's forward in autocast (fp32 logits).
+        stages: run only these attacks of the cascade (:func:`cascade`), each with the version's
+            own settings: a stage of the official cascade (see the module doc).
     """
 
     family = "autoattack"
 
     def __init__(self, *, norm: str = "linf", version: str = "standard", attacks: Sequence[str] | None = None,
                  seed: int = 0, batch_size: int | None = None, precision: str = "fp32",
-                 name: str | None = None) -> None:
+                 stages: Sequence[str] | None = None, name: str | None = None) -> None:
         super().__init__(precision=precision)
         self.norm = check_choice(norm, NORMS, "norm")
         self.version = check_choice(version, VERSIONS, "AutoAttack version")
         self.attacks = list(attacks) if attacks is not None else None
+        self.stages = list(stages) if stages is not None else None
+        if self.stages is not None and (not self.stages or self.attacks is not None):
+            raise AttackError("AutoAttack stages name a non-empty part of a version's cascade; pass stages or attacks, not both")
         self.seed = int(seed)
         self.batch_size = batch_size
-        self.name = name or "-".join(["autoattack"] + ([self.version] if self.version != "standard" else [])
-                                     + (["l2"] if self.norm == "l2" else []))
+        base = "-".join(["autoattack"] + ([self.version] if self.version != "standard" else [])
+                        + (["l2"] if self.norm == "l2" else []))
+        self.name = name or (base if self.stages is None else f"{base}[{'+'.join(self.stages)}]")
 
     def perturb_result(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor, *,
                        generator: torch.Generator | None, early_exit: bool, predict: bool) -> AttackResult:
@@ -190,6 +219,13 @@ class AutoAttack(Attack):
         for sub in ("apgd_targeted", "fab"):
             if hasattr(aa, sub):
                 getattr(aa, sub).n_target_classes = max(1, min(getattr(aa, sub).n_target_classes, n_classes - 1))
+        if self.stages is not None:  # one stage of the cascade, the version's settings kept
+            planned = list(getattr(aa, "attacks_to_run"))
+            unknown = [a for a in self.stages if a not in planned]
+            if unknown:
+                raise AttackError(f"AutoAttack stage(s) {', '.join(unknown)} are not in this cascade "
+                                  f"({', '.join(planned)}); pick stages from it")
+            aa.attacks_to_run = [a for a in planned if a in self.stages]
         bs = self.batch_size or x.shape[0]
         run_params = inspect.signature(aa.run_standard_evaluation).parameters
         kw: dict[str, Any] = {}
