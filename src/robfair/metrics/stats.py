@@ -232,6 +232,61 @@ def cp_upper(k: Any, n: Any, alpha: float) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
+def _log_factorials(n: int) -> np.ndarray:
+    """``log(i!)`` for i = 0..n (a cumulative sum of logs: no scipy)."""
+    return np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))])
+
+
+def finite_population_bounds(k: int, t: int, size: int, alpha_lower: float | None,
+                             alpha_upper: float | None) -> tuple[int, int]:
+    """Anytime-valid one-sided confidence bounds ``(lower, upper)`` on ``D``, the number of marked
+    items in a population of ``size``, from the first ``t`` items of a uniformly random order of it,
+    ``k`` of them marked (sampling without replacement).
+
+    Each bound comes from a mixture likelihood-ratio martingale (the prior-posterior ratio of
+    Waudby-Smith & Ramdas, "Confidence sequences for sampling without replacement", NeurIPS 2020),
+    made one-sided: a value ``d`` is below the lower bound when the likelihood of the draws averaged
+    over the alternatives ``D' > d`` (uniform weights) is at least ``1 / alpha_lower`` times their
+    likelihood under ``d``; the upper bound mirrors it over ``D' < d``. Under the true ``D`` that
+    ratio is a nonnegative martingale with mean 1, so by Ville's inequality
+    ``P(lower > D for some t) <= alpha_lower`` and ``P(upper < D for some t) <= alpha_upper``:
+    the bounds hold **uniformly over t**, so the number of draws may depend on what earlier draws
+    showed (a sequential or adaptive design), and bounds taken at several times may be intersected.
+
+    ``lower >= k`` and ``upper <= size - (t - k)`` always (the draws themselves); with every item
+    drawn (``t == size``) both equal ``k``. ``alpha_*`` None: that side is not bounded (``k``,
+    respectively ``size - (t - k)``)."""
+    k, t, size = int(k), int(t), int(size)
+    if not 0 <= k <= t <= size:
+        raise DataError(f"finite_population_bounds needs 0 <= k <= t <= size, got k={k}, t={t}, size={size}")
+    for a in (alpha_lower, alpha_upper):
+        if a is not None:
+            check_alpha(a)
+    lo_min, hi_max = k, size - (t - k)  # what the draws themselves show
+    if t == 0 or t == size:  # nothing drawn, or everything: no statistics
+        return lo_min, hi_max
+    lf = _log_factorials(size)
+    d = np.arange(lo_min, hi_max + 1)
+    # log P(these draws | D = d), up to a constant in d: [d]_k [size - d]_(t-k)
+    log_l = lf[d] - lf[d - k] + lf[size - d] - lf[size - d - (t - k)]
+    c = log_l.max()
+    w = np.exp(log_l - c)
+    lower, upper = lo_min, hi_max
+    with np.errstate(divide="ignore"):
+        if alpha_lower is not None:
+            above = np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])  # sum over D' > d of L(D') (D' <= hi_max)
+            n_alt = size - d  # uniform weights over d < D' <= size (D' > hi_max have likelihood 0)
+            log_m = np.log(above) + c - log_l - np.log(np.maximum(n_alt, 1))
+            keep = (log_m < math.log(1.0 / alpha_lower)) | (n_alt == 0)
+            lower = int(d[np.argmax(keep)]) if keep.any() else hi_max
+        if alpha_upper is not None:
+            below = np.concatenate([[0.0], np.cumsum(w)[:-1]])  # sum over lo_min <= D' < d
+            log_m = np.log(below) + c - log_l - np.log(np.maximum(d, 1))  # uniform over 0 <= D' < d
+            keep = (log_m < math.log(1.0 / alpha_upper)) | (d == 0)
+            upper = int(d[len(d) - 1 - np.argmax(keep[::-1])]) if keep.any() else lo_min
+    return lower, upper
+
+
 def _safe_ratio(a: float, b: float) -> float:
     return float(a / b) if b != 0 and np.isfinite(a) and np.isfinite(b) else math.nan
 
