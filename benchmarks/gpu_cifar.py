@@ -124,16 +124,14 @@ def per_class_table(rep, attacks: list[str]) -> pd.DataFrame:
 
 
 def probe_verdict(rec: dict) -> str:
-    """One line from the audit's reliability-probe record (robfair.audit.probe)."""
+    """One line from the audit's reliability-probe record (robfair.audit.probe): its own verdict
+    (older records without one: the skip reason or a plain summary)."""
     if "skipped" in rec:
         return f"skipped ({rec['skipped']})"
-    o = rec.get("overall", {})
+    if rec.get("verdict"):
+        return str(rec["verdict"])
     flagged = rec.get("flagged_groups") or []
-    verdict = (f"AutoAttack finds significantly more errors in {', '.join(map(str, flagged))}" if flagged
-               else "no class where AutoAttack finds significantly more errors")
-    return (f"{rec.get('attack', 'AutoAttack')} on {o.get('n', '?')} samples (up to {rec.get('per_group_max', '?')} "
-            f"per class): robust {100 * o.get('robust_acc', float('nan')):.1f}% -> "
-            f"{100 * o.get('autoattack_robust_acc', float('nan')):.1f}% (p = {o.get('p', float('nan')):.2g}); {verdict}")
+    return f"{rec.get('attack', 'AutoAttack')}: flagged {', '.join(map(str, flagged)) or 'no class'}"
 
 
 def summary_md(args, info, table: pd.DataFrame, aggs: dict, timings: dict, warnings: list[str], probe: str) -> str:
@@ -262,10 +260,11 @@ def main(argv=None) -> int:
     if isinstance(probe_rec, dict):
         probe = probe_verdict(probe_rec)
         rows = probe_rec.get("per_group") or {}
-        if rows:
-            table["probe_n"] = [rows.get(str(c), {}).get("n") for c in table.index]
-            table["probe_rob_acc_autoattack"] = [100 * rows[str(c)]["autoattack_robust_acc"] if str(c) in rows else None
-                                                 for c in table.index]
+        if rows:  # per class: the samples AutoAttack attacked, and the audit's robust accuracy corrected by it
+            table["probe_attacked"] = [rows.get(str(c), {}).get("first_attacked") for c in table.index]
+            for key in ("corrected_robust_acc", "corrected_lo", "corrected_hi"):
+                table[f"probe_{key}"] = [100 * rows[str(c)][key] if str(c) in rows else None for c in table.index]
+            table["probe_flagged"] = [rows.get(str(c), {}).get("flagged") for c in table.index]
     aggs = {m: rep.aggregates()[m] for m in ("clean_acc", "rob_acc")}
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "per_class.csv", float_format="%.2f")

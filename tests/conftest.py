@@ -14,9 +14,9 @@ import pytest  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _no_default_probe(monkeypatch):
-    """The reliability probe (official AutoAttack on up to 20 samples per group) costs seconds per
+    """The reliability probe (official AutoAttack within the audit's own compute) costs seconds per
     audit; tests of other things audit without it. Tests of the probe ask for it explicitly
-    (``probe=N`` / ``--probe N``)."""
+    (``probe=B`` / ``--probe B``)."""
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_PER_GROUP", 0)
+    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_BUDGET", 0.0)

@@ -1,16 +1,22 @@
-"""The reliability probe: official AutoAttack on a stratified sample warns when the audit's attacks
-overstate robustness (a model that masks its gradients) and stays quiet on a smooth model."""
+"""The reliability probe on real models: official AutoAttack finds what a weak attack overstates
+(a model that masks its gradients), says nothing against an attack that is already optimal,
+runs its cascade in two stages that equal one official run, carries AutoAttack's own verdicts,
+and states the weaker attacks' overstatement exactly when the audit runs AutoAttack itself."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from robfair.attacks.autoattack import AutoAttack, cascade
 from robfair.audit import audit
-from robfair.audit.probe import compare_probe, stratified_sample
+from robfair.audit.probe import PROGRESS_STAGE, parse_budget, parse_tolerance
 from robfair.data import Dataset
+from robfair.errors import RobfairError
 
 pytest.importorskip("pyautoattack")
 
@@ -43,40 +49,116 @@ def problem(masked: bool, n=150, k=3, seed=0):
     return model, Dataset(x=x, y=y, classes=[f"c{i}" for i in range(k)], g=gid, groups=["a", "b"], name="probe")
 
 
-def test_probe_warns_on_a_gradient_masking_model():
+def test_probe_flags_a_gradient_masking_model_with_corrected_numbers():
     model, ds = problem(masked=True)
     rep = audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe=20)
     p = rep.probe
-    assert p["attack"] == "autoattack" and p["overall"]["n"] == 40
-    assert p["overall"]["autoattack_robust_acc"] < p["overall"]["robust_acc"]
+    assert p["design"] == "sampled" and p["attack"] == "autoattack" and p["compared_with"] == ["pgd10"]
+    assert p["flagged_groups"] == ["a", "b"] and not p["passed"]
+    for g in ("a", "b"):
+        r = p["per_group"][g]
+        assert r["lower"] > 0.01 and r["corrected_lo"] <= r["corrected_robust_acc"] <= r["corrected_hi"]
+        assert r["corrected_hi"] < r["robust_acc"] and r["first_fooled"] > 0
     warn = [w for w in rep.warnings if w.startswith("reliability probe")]
-    assert len(warn) == 1 and "pgd10" in warn[0] and "overstated by" in warn[0]
-    assert p["flagged_groups"] and all(f"{g} " in warn[0] for g in p["flagged_groups"])
-    assert rep.to_json()["probe"]["overall"]["p"] < 0.05
+    assert warn == [p["verdict"]] and "pgd10 overstates" in warn[0] and "-> " in warn[0]
+    assert p["cost"]["probe_units"] <= 20 * p["cost"]["audit_units"] * 1.05  # within the budget (first round's estimate)
+    assert p["cost"]["ratio"] > 1
 
 
-def test_probe_is_quiet_on_a_smooth_model():
-    model, ds = problem(masked=False)
-    rep = audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe=20)
-    assert rep.probe["overall"]["n"] == 40 and not rep.probe["flagged_groups"]
+def test_probe_all_is_autoattack_per_group_and_keeps_autoattacks_own_flags():
+    model, ds = problem(masked=True)
+    rep = audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe="all")
+    p = rep.probe
+    assert p["budget"] == "all" and p["overall"]["exact"]
+    ref = audit(model, ds, ["pgd10", "autoattack"], eps=0.1, device="cpu", probe=0).outcomes
+    for gi, g in enumerate(("a", "b")):
+        r = p["per_group"][g]
+        assert r["lower"] == r["upper"] == r["overstatement"]
+        sel = ref.group == gi
+        aa_acc = float((ref.robust(0, ["autoattack"]) & sel).sum() / sel.sum())
+        assert abs(r["corrected_robust_acc"] - aa_acc) <= 2 / sel.sum()  # AutoAttack's own, up to its random starts
+    assert any("Square Attack has decreased" in f for f in p["autoattack_flags"])  # AutoAttack's verdict, kept
+    assert any(w.startswith("[autoattack] autoattack: Square") for w in rep.warnings)
+
+
+def test_probe_passes_where_the_audit_attack_is_optimal():
+    """Two classes of a linear model: the CE gradient is the one direction that matters, so PGD
+    finds every adversarial example there is and AutoAttack cannot find more."""
+    model, ds = problem(masked=False, n=240, k=2, seed=1)
+    rep = audit(model, ds, ["pgd10"], eps=0.02, device="cpu", probe=30)
+    p = rep.probe
+    assert p["passed"] and not p["flagged_groups"] and p["overall"]["first_fooled"] == 0
+    assert p["verdict"].startswith("reliability probe: passed") and "at most" in p["verdict"]
     assert not [w for w in rep.warnings if w.startswith("reliability probe")]
+    for r in p["per_group"].values():
+        assert r["lower"] == 0 and 0 <= r["upper_first"] <= r["robust_acc"]
 
 
-def test_probe_zero_disables_and_autoattack_audit_skips():
+def test_two_calls_of_the_stages_are_one_official_run():
+    """``stages=[first]`` on every sample, then ``stages=[the rest]`` on its survivors, equals the
+    full cascade sample by sample (the same seed): the probe's split is AutoAttack's own cascade."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 10)).eval()
+    x = torch.rand(80, 1, 4, 4)
+    with torch.no_grad():
+        y = net(x).argmax(1)
+    steps = cascade("standard", 10)
+    assert steps == ["apgd-ce", "apgd-t", "fab-t", "square"] and cascade("standard", 3) == ["apgd-ce", "fab", "square"]
+    full = AutoAttack(seed=3).run(net, x, y, 0.05)
+    first = AutoAttack(seed=3, stages=steps[:1]).run(net, x, y, 0.05)
+    s = ~first.fooled
+    rest = AutoAttack(seed=3, stages=steps[1:]).run(net, x[s], y[s], 0.05)
+    split = first.fooled.clone()
+    split[s] = rest.fooled
+    assert torch.equal(split, full.fooled) and 0 < int(first.fooled.sum()) < int(full.fooled.sum())
+    assert AutoAttack(stages=["apgd-ce"]).name == "autoattack[apgd-ce]"
+
+
+def test_in_audit_autoattack_states_each_weaker_attack_exactly():
+    model, ds = problem(masked=True)
+    rep = audit(model, ds, ["pgd10", "autoattack"], eps=0.1, device="cpu")
+    p = rep.probe
+    assert p["design"] == "in-audit" and p["attack"] == "autoattack" and p["compared_with"] == ["pgd10"]
+    out = rep.outcomes
+    over = out.robust(0, ["pgd10"]) & ~out.robust(0, ["autoattack"])
+    rows = p["per_attack"]["pgd10"]["per_group"]
+    for gi, g in enumerate(("a", "b")):
+        sel = out.group == gi
+        assert rows[g]["overstatement"] == rows[g]["lower"] == rows[g]["upper"] == pytest.approx(over[sel].sum() / sel.sum())
+    assert "pgd10 alone overstates" in p["verdict"] and "exact" in p["verdict"]
+    assert p["verdict"] in rep.warnings
+
+
+def test_budget_and_tolerance_parse_and_refuse_in_one_line(monkeypatch):
+    monkeypatch.undo()  # the test set-up switches the default probe off; this test reads the shipped default
+    assert parse_budget(None) == 1.0 and parse_budget("2x") == 2.0 and parse_budget("0.5") == 0.5
+    assert parse_budget("all") == math.inf and parse_budget(0) == 0.0 and parse_budget("off") == 0.0
+    assert parse_tolerance(None) == 0.01 and parse_tolerance(0.05) == 0.05
+    for bad in (-1, "many", float("nan"), True):
+        with pytest.raises(RobfairError, match="probe must be") as e:
+            parse_budget(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(RobfairError, match="tolerance"):
+        parse_tolerance(1.5)
     model, ds = problem(masked=False)
     assert "disabled" in audit(model, ds, ["fgsm"], eps=0.1, device="cpu", probe=0).probe["skipped"]
-    assert "autoattack" in audit(model, ds, ["autoattack"], eps=0.1, device="cpu", probe=5).probe["skipped"]
     assert "no untargeted" in audit(model, ds, ["trades-kl"], eps=0.1, device="cpu", probe=5).probe["skipped"]
+    with pytest.raises(RobfairError, match="probe"):
+        audit(model, ds, ["fgsm"], eps=0.1, device="cpu", probe=-2)
 
 
-def test_stratified_sample_and_the_exact_paired_test():
-    groups = np.array([0] * 50 + [1] * 7 + [2] * 30)
-    pos = stratified_sample(groups, 20, seed=0)
-    assert np.bincount(groups[pos]).tolist() == [20, 7, 20] and np.all(np.diff(pos) > 0)
-    assert np.array_equal(pos, stratified_sample(groups, 20, seed=0))
-    from scipy.stats import binomtest
+def test_probe_reports_progress_in_units():
+    model, ds = problem(masked=True)
+    seen = []
+    audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe=5, progress=lambda s, d, t: seen.append((s, d, t)))
+    mine = [(d, t) for s, d, t in seen if s == PROGRESS_STAGE]
+    assert mine and mine[-1][0] == mine[-1][1] and all(0 <= d <= t for d, t in mine)
 
-    from robfair.metrics.stats import mcnemar_exact  # the probe's test
 
-    assert mcnemar_exact(9, 1, "greater") == pytest.approx(binomtest(9, 10, 0.5, alternative="greater").pvalue)
-    assert mcnemar_exact(0, 0, "greater") == 1.0
+def test_the_probe_is_seeded_and_deterministic():
+    model, ds = problem(masked=True)
+    a = audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe=5, seed=3).probe
+    b = audit(model, ds, ["pgd10"], eps=0.1, device="cpu", probe=5, seed=3).probe
+    drop = ("seconds", "cost")
+    assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+    assert np.isclose(a["cost"]["probe_units"], b["cost"]["probe_units"])

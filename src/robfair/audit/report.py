@@ -11,8 +11,8 @@
 
 The evaluation itself is :func:`robfair.audit.engine.evaluate` (one clean pass per batch shared by
 every attack; ``early_exit`` stops spending steps on samples already fooled, same outcome). Every
-audit then runs the reliability probe (:mod:`robfair.audit.probe`: official AutoAttack on up to
-``probe`` samples per group) unless ``probe=0``.
+audit then runs the reliability probe (:mod:`robfair.audit.probe`: official AutoAttack on the
+samples the audit left robust, within ``probe`` times the audit's compute) unless ``probe=0``.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ def audit(
     seed: int = 0,
     precision: str = "fp32",
     channels_last: bool | None = None,
-    probe: int | None = None,
+    probe: float | str | None = None,
+    probe_tolerance: float | None = None,
     progress: Progress | None = None,
     mean: Sequence[float] | float | str | None = None,
     std: Sequence[float] | float | str | None = None,
@@ -243,9 +244,14 @@ def audit(
     precision: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"`` autocast inside the attack and forward.
     channels_last: run the model in channels-last memory format (faster convolutions, same
         predictions); None (default): on for models with 2-D convolutions.
-    probe: the reliability probe's sample size per group (official AutoAttack on up to that many
-        samples of each group, compared with ``attacks``; a warning when it finds significantly more
-        errors); 0 disables it; None (default): ``robfair.audit.probe.DEFAULT_PER_GROUP`` (20).
+    probe: the reliability probe's budget (:mod:`robfair.audit.probe`): official AutoAttack on the
+        samples ``attacks`` left robust, stratified per group, at most ``probe`` times the compute
+        the audit's attacks took (None: 1; ``"all"``: every robust sample through the whole
+        cascade, which is exactly AutoAttack per group; 0: off). It states per group how much the
+        audit may overstate robust accuracy and flags a group overstated beyond ``probe_tolerance``
+        (95%, every statement at once): ``report.probe``, its ``verdict`` line, a warning when it fails.
+    probe_tolerance: the overstatement a group may have before it is flagged, a fraction (None: 0.01,
+        1 point).
     mean, std: the model expects normalized inputs: it is wrapped as ``Normalized(model, mean, std)``
         (per-channel values, or a preset ``"cifar10"``, ``"cifar100"``, ``"imagenet"``).
     classes: the model's class names in output order; the dataset's labels are re-indexed to it by
@@ -263,12 +269,10 @@ def audit(
         raise RobfairError(f"batch size must be >= 1, got {batch_size}")
     if not attacks:
         raise AttackError("no attack given; pass e.g. attacks=['pgd20'] (CLI: --attack pgd20)")
-    if probe is None:
-        probe = _probe.DEFAULT_PER_GROUP
+    budget = _probe.parse_budget(_probe.DEFAULT_BUDGET if probe is None else probe)
+    tolerance = _probe.parse_tolerance(probe_tolerance)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise RobfairError(f"examples must be a sample count >= 0, got {examples!r}; 0 keeps no example images")
-    if isinstance(probe, bool) or not isinstance(probe, int) or probe < 0:
-        raise RobfairError(f"probe must be a sample count per group >= 0, got {probe!r}; 0 disables the probe")
     eps_v = _as_eps(eps, len(dataset))
     out = evaluate_sharded(model, dataset, attacks, eps_v, dist=dist, batch_size=batch_size, device=device, seed=seed,
                            precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
@@ -294,6 +298,7 @@ def audit(
         "device": out.meta["device"],
         "seconds": out.meta["seconds"],
         "attack_seconds": out.meta["attack_seconds"],
+        "attack_units": out.meta.get("attack_units", {}),
     }
     if "distributed" in out.meta:
         meta["distributed"] = out.meta["distributed"]
@@ -305,16 +310,12 @@ def audit(
                                            channels_last=out.meta["channels_last"], early_exit=early_exit)
         if report.examples is not None:
             meta["seconds"] = round(meta["seconds"] + (report.examples.meta.get("seconds") or 0.0), 3)
-    if probe:
-        rec = reliability_probe(model, dataset, out, names, eps_v, per_group=probe, seed=seed, batch_size=batch_size,
-                                device=device, precision=precision, channels_last=out.meta["channels_last"],
-                                dist=dist)
-        report.probe = {k: v for k, v in rec.items() if k != "warnings"}
-        report.warnings += rec.get("warnings", [])
-        meta["seconds"] = round(meta["seconds"] + rec.get("seconds", 0.0), 3)
-    else:
-        report.probe = {"skipped": "disabled (probe=0)"}
-    for w in out.warnings:
+    rec = reliability_probe(model, dataset, out, names, eps_v, budget=budget, tolerance=tolerance, seed=seed,
+                            batch_size=batch_size, device=device, precision=precision, dist=dist, progress=progress)
+    report.probe = {k: v for k, v in rec.items() if k != "warnings"}
+    report.warnings += rec.get("warnings", [])
+    meta["seconds"] = round(meta["seconds"] + rec.get("seconds", 0.0), 3)
+    for w in report.warnings:  # each once: the CLI prints the probe's verdict itself
         log.warning(w)
     return report
 
