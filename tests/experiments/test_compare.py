@@ -13,7 +13,7 @@ from robfair.cli import main
 from robfair.errors import RobfairError
 from robfair.experiments.compare import compare
 from robfair.metrics import GroupReport
-from robfair.metrics.stats import holm, two_proportion_test
+from robfair.metrics.stats import holm, holm_levels, mcnemar_exact, paired_interval, two_proportion_test
 from robfair.utils import write_json
 
 
@@ -166,15 +166,73 @@ def test_paired_audits_get_the_exact_mcnemar_test(tmp_path, capsys):
             assert row["p"] == pytest.approx(binomtest(b, b + c, 0.5).pvalue)
         avg = cmp.aggregates.set_index("statistic").loc[f"{'clean' if metric == 'clean_acc' else 'robust'} avg"]
         assert avg["test"] == "mcnemar-exact" and avg["flips"] == int((ok1 != ok2).sum())
+        b, c = int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
+        assert (avg["lo"], avg["hi"]) == paired_interval(b, c, 300, 0.05) and avg["interval"] == "paired"
+    # the paired interval, at the level Holm's step-down tested each class: the star and the interval agree
+    rows = cmp.per_class
+    assert set(rows["interval"]) == {"paired"}
+    for metric, sub in rows.groupby("metric"):
+        levels = holm_levels(sub["p"].tolist(), 0.05)
+        for (_, r), level in zip(sub.iterrows(), levels):
+            assert r["level"] == pytest.approx(1 - level)
+            sel = y == ["a", "b", "c"].index(r["class"])
+            ok1, ok2 = _ok(o1, metric)[sel], _ok(o2, metric)[sel]
+            assert (r["lo"], r["hi"]) == paired_interval(int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum()), r["n"], level)
+            assert bool(r["beyond"]) == (not r["lo"] <= 0 <= r["hi"])
+    assert rows["beyond"].any() and not rows["beyond"].all()
     # without outcomes (audit.json alone) the unpaired z-test runs
     unpaired = compare({"one": AuditReport.from_json(runs[0].to_json()), "two": runs[1]}, n_boot=0)
-    assert set(unpaired.per_class["test"]) == {"z-test"}
+    assert set(unpaired.per_class["test"]) == {"z-test"} and set(unpaired.per_class["interval"]) == {"newcombe"}
+    assert "95% Newcombe interval (independent samples)" in unpaired.tables()[0].note
     # other samples: not paired either
     other = _paired_audit(y[::-1].copy(), o2.clean_pred[::-1].copy(), o2.adv_pred["pgd20"][0][::-1].copy())
     assert set(compare({"one": runs[0], "x": other}, n_boot=0).per_class["test"]) == {"z-test"}
     # the CLI reads outcomes.npz beside audit.json
     with pytest.raises(SystemExit) as exc:
-        main(["compare", str(tmp_path / "one"), str(tmp_path / "two"), "--bootstrap", "0"])
+        main(["compare", str(tmp_path / "one"), str(tmp_path / "two"), "--bootstrap", "0", "--out", str(tmp_path / "c.json")])
     assert exc.value.code == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "exact McNemar" in printed and "flipped" in printed
+    assert "paired interval (Tango's score interval" in printed and "Newcombe" not in printed
+    r = cmp.per_class.set_index(["class", "metric"]).loc[("a", "rob_acc")]
+    assert f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]" in printed  # the paired interval, shown
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert {row["interval"] for row in saved["per_class"]} == {"paired"}
+
+
+def _ok(o, metric):
+    return o.clean_pred == o.y if metric == "clean_acc" else o.robust() if metric == "rob_acc" else \
+        (o.clean_pred == o.y) & ~o.robust()
+
+
+def _flipped_runs(tables):
+    """Two paired audits whose clean (and, with no attack success, robust) outcomes per class are
+    given as (n, b, c): b samples right in the first run only, c in the second only, the rest right in both."""
+    y, first, second = [], [], []
+    for k, (n, b, c) in enumerate(tables):
+        y += [k] * n
+        first += [k] * b + [(k + 1) % 3] * c + [k] * (n - b - c)
+        second += [(k + 1) % 3] * b + [k] * c + [k] * (n - b - c)
+    y = np.array(y)
+    return [_paired_audit(y, np.array(p), np.array(p)) for p in (first, second)]
+
+
+def test_paired_intervals_follow_holms_levels():
+    """A class whose raw p is below alpha but that Holm's step-down does not reject gets no star, and its
+    interval (at the step-down's level) holds 0; a 95% interval would have excluded it."""
+    one, two = _flipped_runs([(30, 0, 9), (30, 0, 6), (30, 0, 6)])  # p = 1/256, 1/32, 1/32
+    cmp = compare({"one": one, "two": two}, n_boot=0)
+    pc = cmp.per_class[cmp.per_class["metric"] == "clean_acc"].set_index("class")
+    assert pc["p"].tolist() == pytest.approx([2 / 2 ** 9, 2 / 2 ** 6, 2 / 2 ** 6])
+    assert pc["beyond"].tolist() == [True, False, False]  # Holm: 1/256 < 0.05/3, then 1/32 >= 0.05/2: stop
+    assert pc["level"].tolist() == pytest.approx([1 - 0.05 / 3, 1 - 0.025, 1 - 0.025])
+    for cls in ("b", "c"):
+        assert pc.loc[cls, "lo"] <= 0 <= pc.loc[cls, "hi"]
+        assert paired_interval(0, 6, 30, 0.05)[0] > 0 and mcnemar_exact(0, 6) < 0.05
+    assert pc.loc["a", "lo"] > 0
+    t = cmp.tables()[0]
+    col = t.columns.index("Δ clean two")
+    assert [row[col].endswith(" *") for row in t.rows] == [True, False, False]
+    assert t.rows[1][col].startswith("+20.0 [0, ")  # stretched to reach 0: printed as 0, not +0.0
+    avg = cmp.aggregates.set_index("statistic").loc["clean avg"]
+    assert avg["beyond"] and avg["lo"] > 0 and (avg["lo"], avg["hi"]) == paired_interval(0, 21, 90, 0.05)

@@ -5,22 +5,31 @@
     cmp.aggregates     # avg (z-test) and worst / gap (bootstrap) of clean and robust accuracy
     cmp.tables()       # Markdown/CSV-ready tables (robfair.report.tables.Table)
 
-Every run is compared with the first one (the reference). Per class and for the averages: the
-difference of two proportions with Newcombe's hybrid score interval (built from the Wilson
-intervals) and a two-sided two-proportion z-test, Holm-adjusted over the classes of each metric;
-a difference is "beyond the intervals" when the adjusted p < alpha. The worst class and the gap:
-independent stratified bootstrap of both runs (multinomial over each class's outcome counts), a
-percentile interval of the difference; beyond when it excludes 0.
+Every run is compared with the first one (the reference). Both runs are usually audited on the
+*same* test samples, so outcomes are paired. When both audits have their per-sample outcomes
+(``outcomes.npz`` beside audit.json) and cover the same samples (same dataset indices, labels and
+groups), the per-class and average tests are the exact McNemar test: a two-sided binomial test at
+1/2 on the discordant samples (the event in one run and not in the other; ``flips`` counts them),
+and the interval of the difference is a paired one (:func:`robfair.metrics.stats.paired_interval`:
+Tango's score interval, stretched to reach 0 where the exact test does not reject, cut at 0 in the
+rare opposite case), so that a difference is marked beyond the noise exactly when its interval
+excludes 0. Per class, the
+verdict is Holm's step-down over the classes of each metric at ``alpha``, and each class's interval
+is at the level that step-down tested it (``level`` = 1 - alpha / k, k the classes not yet
+rejected; :func:`~robfair.metrics.stats.holm_levels`); the averages are tested at ``alpha`` with a
+1 - alpha interval.
 
-Both runs are usually audited on the *same* test samples, so outcomes are paired. When both audits
-have their per-sample outcomes (``outcomes.npz`` beside audit.json) and cover the same samples
-(same dataset indices, labels and groups), the per-class and average tests are the exact McNemar
-test instead: a two-sided binomial test at 1/2 on the discordant samples (the event in one run and
-not in the other), and ``flips`` counts them. Otherwise (older audits, different samples) the
-two-proportion z-test treats the runs as independent, which is conservative when the models agree
-more than chance (the usual case); the ``test`` column says which ran. Boundary error
-(clean-correct but attacked, FRL's quantity) is compared the same way; for it and for gaps lower
-is better.
+Otherwise (older audits, different samples) the runs are treated as independent: the difference of
+two proportions with Newcombe's hybrid score interval (built from the Wilson intervals; 95% per
+class, 1 - alpha for the averages) and a two-sided pooled two-proportion z-test, Holm-adjusted over
+the classes of each metric, beyond when the adjusted p < alpha; this is conservative when the models
+agree more than chance (the usual case), and the z-test and the interval can disagree near the
+edge. The ``test`` and ``interval`` columns say which ran.
+
+The worst class and the gap: independent stratified bootstrap of both runs (multinomial over each
+class's outcome counts), a percentile 1 - alpha interval of the difference; beyond when it excludes
+0. Boundary error (clean-correct but attacked, FRL's quantity) is compared the same way; for it and
+for gaps lower is better.
 """
 
 from __future__ import annotations
@@ -29,13 +38,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
-from ..metrics.stats import bootstrap_counts, holm, mcnemar_exact, newcombe_interval, two_proportion_test
+from ..metrics.stats import (bootstrap_counts, holm, holm_levels, mcnemar_exact, newcombe_interval, paired_interval,
+                             two_proportion_test)
 from ..report.tables import Table, pct
 from ..runfolder import audit_file, is_audit_file
 from .results import read_audit
@@ -54,6 +65,24 @@ def _paired(ref: Any, run: Any) -> dict[str, tuple[Any, Any]] | None:
     clean = tuple(o.clean_pred == o.y for o in (a, b))
     robust = tuple(o.robust() for o in (a, b))
     return {"clean_acc": clean, "rob_acc": robust, "bndy_err": tuple(c & ~r for c, r in zip(clean, robust))}
+
+
+def _signed(v: float) -> str:
+    """A percentage with its sign; 0 exactly as 0, and a value that one decimal would round to 0 with
+    two significant digits (an interval end just past 0 must not read as 0)."""
+    if v == 0:
+        return "0"
+    return f"{v:+.2g}" if abs(v) < 0.05 else f"{v:+.1f}"
+
+
+def _diff_ci(r: Any) -> str:
+    """``diff [lo, hi]`` of a row, in percent."""
+    return f"{100 * r['diff']:+.1f} [{_signed(100 * r['lo'])}, {_signed(100 * r['hi'])}]"
+
+
+def _flips(ok1: np.ndarray, ok2: np.ndarray) -> tuple[int, int]:
+    """(b, c): the paired samples with the event in the reference only, and in the run only."""
+    return int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
 
 
 def _counts(rep: Any, rate: str) -> tuple[np.ndarray, np.ndarray]:
@@ -108,25 +137,16 @@ class Comparison:
                 s = sub[sub["run"] == lab]
                 for m, _ in RATES:
                     r = s[s["metric"] == m].iloc[0]
-                    row.append(f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]"
-                               + (" *" if r["beyond"] else ""))
+                    row.append(_diff_ci(r) + (" *" if r["beyond"] else ""))
                     better = (r["diff"] < 0) if m in LOWER_IS_BETTER else (r["diff"] > 0)
                     em.append(bool(r["beyond"]) and not better)
                     gd.append(bool(r["beyond"]) and better)
             rows.append(row)
             emph.append(em)
             good.append(gd)
-        paired = "test" in pc and bool((pc["test"] == "mcnemar-exact").all())
-        if paired:
-            flips = self.aggregates[self.aggregates["test"] == "mcnemar-exact"]
-            fl = "; ".join(f"{r['run']} {r['statistic'].rsplit(' ', 1)[0]}: {int(r['flips'])}" for _, r in flips.iterrows())
-            how = (f"exact McNemar test on the samples that flipped between the runs (same samples; flips: {fl}), "
-                   f"Holm-adjusted over classes, p < {self.alpha:g}")
-        else:
-            how = f"two-proportion z-test, Holm-adjusted over classes, p < {self.alpha:g}"
+        how_classes, how_avg = self._how()
         out.append(Table("compare-classes", f"Per class, each run vs {ref}", cols, rows, self.per_class,
-                         f"Percent. Δ = run - {ref} with 95% Newcombe interval; * = beyond the intervals "
-                         f"({how}). Boundary error "
+                         f"Percent. Δ = run - {ref} [interval]; {how_classes}. Boundary error "
                          "(bndy err) = clean-correct but attacked; lower is better, so a negative Δ is an improvement.",
                          emph, good))
         ag = self.aggregates
@@ -136,21 +156,49 @@ class Comparison:
             test = r["test"]
             if test == "mcnemar-exact":
                 test += f" ({int(r['flips'])} flipped)"
-            rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]),
-                         f"{100 * r['diff']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]",
-                         f"{r['p']:.3g}", "yes" if r["beyond"] else "no", test])
+            # a bootstrap p of 0: no replicate on one side, so below the smallest share it can show
+            p = f"< {2 / self.n_boot:.2g}" if test == "bootstrap" and r["p"] == 0 else f"{r['p']:.3g}"
+            rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]), _diff_ci(r), p,
+                         "yes" if r["beyond"] else "no", test])
             lower = r["statistic"].startswith("boundary error") or r["statistic"].endswith(" gap")
             better = (r["diff"] < 0) if lower else (r["diff"] > 0)
             emph.append([False] * 6 + [bool(r["beyond"]) and not better, False])
             good.append([False] * 6 + [bool(r["beyond"]) and better, False])
         out.append(Table("compare-aggregates", f"Averages, worst class and gap vs {ref}",
-                         ["run", "statistic", ref, "run value", "difference [95% CI]", "p", "beyond", "test"], rows,
-                         self.aggregates, f"Percent. Averages: {'exact McNemar test' if paired else 'z-test'} and "
-                                          "Newcombe interval; worst class and gap: "
+                         ["run", "statistic", ref, "run value", f"difference [{100 * (1 - self.alpha):g}% CI]", "p",
+                          "beyond", "test"], rows,
+                         self.aggregates, f"Percent. Averages: {how_avg}; worst class and gap: "
                                           f"percentile interval of {self.n_boot} independent stratified bootstrap "
                                           "replicates of both runs (p: twice the smaller tail share). Boundary "
                                           "error and gaps: lower is better.", emph, good))
         return out
+
+    def _how(self) -> tuple[str, str]:
+        """What the per-class and the average intervals and stars are, for the tables' notes; a run
+        compared on the same samples gets the paired test and interval, any other the unpaired ones."""
+        a = f"{self.alpha:g}"
+        avg = self.aggregates[self.aggregates["statistic"].str.endswith(" avg")]
+        paired = [lab for lab in self.labels[1:] if (avg[avg["run"] == lab]["test"] == "mcnemar-exact").all()]
+        unpaired = [lab for lab in self.labels[1:] if lab not in paired]
+        classes, avgs = [], []
+        if paired:
+            fl = "; ".join(f"{r['run']} {r['statistic'].rsplit(' ', 1)[0]}: {int(r['flips'])}"
+                           for _, r in avg[avg["run"].isin(paired)].iterrows())
+            who = f"{', '.join(paired)}: " if unpaired else ""
+            classes.append(f"{who}paired interval (Tango's score interval, reaching 0 where the exact test does not "
+                           f"reject) at the level Holm's step-down tested the class (1 - {a}/k, k = classes not yet "
+                           f"rejected); * = beyond the noise: the exact McNemar test on the samples that flipped "
+                           f"between the runs (same samples; flips: {fl}), Holm's step-down over classes at {a}, so a "
+                           "* marks exactly the intervals that exclude 0")
+            avgs.append(f"{who}exact McNemar test, p < {a}, and the paired {100 * (1 - self.alpha):g}% interval "
+                        "(it excludes 0 exactly when p < " + a + ")")
+        if unpaired:
+            who = f"{', '.join(unpaired)}: " if paired else ""
+            classes.append(f"{who}95% Newcombe interval (independent samples); * = beyond the noise: two-proportion "
+                           f"z-test, Holm-adjusted over classes, p < {a}")
+            avgs.append(f"{who}z-test, p < {a}, and the {100 * (1 - self.alpha):g}% Newcombe interval "
+                        "(independent samples)")
+        return "; ".join(classes), "; ".join(avgs)
 
     def to_json(self) -> dict[str, Any]:
         clean = lambda df: json.loads(df.to_json(orient="records"))  # noqa: E731  (NaN -> null)
@@ -171,6 +219,7 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                                "audited on the same dataset")
     rng = np.random.Generator(np.random.PCG64(seed))
     boot_ref = _boot(ref, n_boot, rng) if n_boot else None
+    z_avg = NormalDist().inv_cdf(1 - alpha / 2)  # the unpaired averages' Newcombe interval, at 1 - alpha
     per_class, aggs = [], []
     for j, (lab, rep) in enumerate(items[1:], start=1):
         paired = _paired(audits[0], audits[j])
@@ -178,7 +227,7 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
         for metric, _ in RATES:
             k1, n1 = _counts(ref, metric)
             k2, n2 = _counts(rep, metric)
-            rows = []
+            rows, flips = [], []
             for gi, g in enumerate(ref.group_names):
                 z, p = two_proportion_test(int(k1[gi]), int(n1[gi]), int(k2[gi]), int(n2[gi]))
                 lo, hi = newcombe_interval(int(k1[gi]), int(n1[gi]), int(k2[gi]), int(n2[gi]))
@@ -186,28 +235,35 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                 v2 = k2[gi] / n2[gi] if n2[gi] else math.nan
                 row = {"run": lab, "reference": ref_label, "class": g, "metric": metric, "ref_value": v1,
                        "value": v2, "diff": v2 - v1, "lo": lo, "hi": hi, "z": z, "p": p,
-                       "n_ref": int(n1[gi]), "n": int(n2[gi]), "test": "z-test", "flips": None}
+                       "n_ref": int(n1[gi]), "n": int(n2[gi]), "test": "z-test", "flips": None,
+                       "interval": "newcombe", "level": 0.95}
                 if paired:
-                    ok1, ok2 = (t[gid == gi] for t in paired[metric])
-                    b, c = int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
+                    b, c = _flips(*(t[gid == gi] for t in paired[metric]))
                     row.update(p=mcnemar_exact(b, c), test="mcnemar-exact", flips=b + c, z=math.nan)
+                    flips.append((b, c))
                 rows.append(row)
-            for r, padj in zip(rows, holm([r["p"] for r in rows])):
+            ps = [r["p"] for r in rows]
+            levels = holm_levels(ps, alpha) if paired else None
+            for i, (r, padj) in enumerate(zip(rows, holm(ps))):
                 r["p_holm"] = padj
                 r["beyond"] = bool(padj < alpha)
+                if paired:  # star and interval from one test: p < the level Holm tested the class at
+                    r["lo"], r["hi"] = paired_interval(*flips[i], r["n"], levels[i])
+                    r.update(interval="paired", level=1 - levels[i], beyond=bool(r["p"] < levels[i]))
             per_class += rows
             # averages over all samples
             K1, N1, K2, N2 = int(k1.sum()), int(n1.sum()), int(k2.sum()), int(n2.sum())
             z, p = two_proportion_test(K1, N1, K2, N2)
-            lo, hi = newcombe_interval(K1, N1, K2, N2)
-            test, flips = "z-test", None
+            lo, hi = newcombe_interval(K1, N1, K2, N2, z=z_avg)
+            test, flips_all, interval = "z-test", None, "newcombe"
             if paired:
-                ok1, ok2 = paired[metric]
-                b, c = int((ok1 & ~ok2).sum()), int((~ok1 & ok2).sum())
-                p, test, flips = mcnemar_exact(b, c), "mcnemar-exact", b + c
+                b, c = _flips(*paired[metric])
+                p, test, flips_all, interval = mcnemar_exact(b, c), "mcnemar-exact", b + c, "paired"
+                lo, hi = paired_interval(b, c, N2, alpha)
             aggs.append({"run": lab, "statistic": f"{dict(RATES)[metric]} avg", "ref_value": K1 / N1 if N1 else math.nan,
                          "value": K2 / N2 if N2 else math.nan, "diff": (K2 / N2 - K1 / N1) if N1 and N2 else math.nan,
-                         "lo": lo, "hi": hi, "p": p, "beyond": bool(p < alpha), "test": test, "flips": flips})
+                         "lo": lo, "hi": hi, "p": p, "beyond": bool(p < alpha), "test": test, "flips": flips_all,
+                         "interval": interval, "level": 1 - alpha})
         if n_boot:
             boot = _boot(rep, n_boot, rng)
             a_ref, a = ref.aggregates(), rep.aggregates()
@@ -219,12 +275,13 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                 else:
                     f = lambda x: x.min(1)  # noqa: E731
                 d = f(boot[metric]) - f(boot_ref[metric])
-                lo, hi = np.quantile(d, [0.025, 0.975])
+                lo, hi = np.quantile(d, [alpha / 2, 1 - alpha / 2])
                 p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
                 aggs.append({"run": lab, "statistic": f"{dict(RATES)[metric]} {stat}",
                              "ref_value": a_ref[metric][stat], "value": a[metric][stat],
                              "diff": a[metric][stat] - a_ref[metric][stat], "lo": float(lo), "hi": float(hi), "p": p,
-                             "beyond": bool(lo > 0 or hi < 0), "test": "bootstrap"})
+                             "beyond": bool(lo > 0 or hi < 0), "test": "bootstrap", "interval": "percentile",
+                             "level": 1 - alpha})
     return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot)
 
 
