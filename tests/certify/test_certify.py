@@ -1,4 +1,6 @@
 """Randomized smoothing (robfair certify): exact linear oracle, Clopper-Pearson against scipy, abstention,
+CERTIFY and PREDICT redone draw for draw from the documented noise streams (each of: alpha doubled, selection and
+estimation sharing a stream, c_A taken from the estimation draws, a one-sided PREDICT fails one of them),
 determinism and exact resume, the GroupReport bridge, outcomes, the attack check, gaussian-aug, the CLI."""
 
 from __future__ import annotations
@@ -137,6 +139,124 @@ def test_abstains_when_the_top_class_is_a_coin_flip():
     # PREDICT abstains too (the top two counts do not differ significantly)
     assert (C.predict(Coin(), x, SIGMA, n=2000, device="cpu") == C.ABSTAIN).all()
 
+
+# ---------------------------------------------------------------------------- Cohen et al.'s algorithm, draw for draw
+# The passes of every sample's noise, as documented (certify.py: seeded from (seed, dataset index, pass)):
+# 0 selects the top class, 1 estimates its probability, 2 is PREDICT. Spelled here, not read from the module,
+# so a change of the streams fails these tests instead of following them.
+SELECT, ESTIMATE, PREDICT = 0, 1, 2
+
+
+def draw_counts(model, x, seed, index, stage, num, K=2):
+    """The base model's counts over ``num`` draws of one input's noise stream, drawn here from the
+    seeding helper (one randn call, as certify makes when ``batch_size >= num``)."""
+    from robfair.seeding import make_generator, noise_seed
+
+    g = make_generator(torch.device("cpu"), noise_seed(seed, index, stage))
+    e = torch.randn((num,) + tuple(x.shape), generator=g, dtype=x.dtype)
+    pred = model(x + SIGMA * e).argmax(1)
+    return np.bincount(pred.numpy(), minlength=K)
+
+
+def coin_row(offsets):
+    """Inputs of :class:`Coin` whose first pixel sits ``offsets`` sigmas above 1/2: P[class 1] = Phi(offset)."""
+    x = torch.full((len(offsets), 1, 2, 2), 0.5)
+    x[:, 0, 0, 0] += torch.as_tensor(offsets, dtype=torch.float32) * SIGMA
+    return x
+
+
+def test_certify_is_cohen_et_als_algorithm_draw_for_draw():
+    """CERTIFY redone by hand: c_A = argmax of the n0 selection draws (pass 0), n_A = its count among n
+    fresh estimation draws (pass 1), p_A = the one-sided Clopper-Pearson lower bound at alpha (scipy's
+    beta quantile), radius sigma * Phi^-1(p_A) where p_A > 1/2, else abstain. Fails if alpha is
+    doubled, if estimation reuses the selection stream, or if c_A comes from the estimation draws."""
+    offsets = np.linspace(-2.0, 2.0, 25)
+    x = coin_row(offsets)
+    ds = Dataset(x=x, y=torch.as_tensor(offsets > 0).long(), classes=["a", "b"])
+    n0, n, alpha, seed = 3, 64, 0.01, 5
+    rep = C.certify(Coin(), ds, SIGMA, n0=n0, n=n, alpha=alpha, batch_size=n, seed=seed, device="cpu")
+    sel = np.stack([draw_counts(Coin(), x[i], seed, int(k), SELECT, n0) for i, k in enumerate(rep.index)])
+    est = np.stack([draw_counts(Coin(), x[i], seed, int(k), ESTIMATE, n) for i, k in enumerate(rep.index)])
+    c_a = sel.argmax(1)
+    n_a = est[np.arange(len(x)), c_a]
+    p_a = np.where(n_a > 0, beta.ppf(alpha, np.maximum(n_a, 1), n - n_a + 1), 0.0)
+    assert rep.selected.tolist() == c_a.tolist()
+    assert rep.n_top.tolist() == n_a.tolist()
+    assert np.allclose(rep.p_lower, p_a, rtol=1e-12, atol=0)
+    ok = p_a > 0.5
+    assert rep.pred.tolist() == np.where(ok, c_a, C.ABSTAIN).tolist()
+    assert np.allclose(rep.radius, np.where(ok, SIGMA * norm.ppf(np.clip(p_a, 0.5, 1)), 0.0), rtol=1e-12, atol=0)
+    # the case can tell the mutations apart: certified and abstained samples, selection and estimation that
+    # disagree on the top class, and estimation counts that another stream would not give
+    assert ok.any() and (~ok).any() and (n_a > 0).all()
+    assert (c_a != est.argmax(1)).any()
+    sel_stream = np.stack([draw_counts(Coin(), x[i], seed, int(k), SELECT, n) for i, k in enumerate(rep.index)])
+    assert (sel_stream[np.arange(len(x)), c_a] != n_a).any()
+
+
+def test_a_model_without_doubt_gets_the_largest_radius_exactly():
+    """Every draw is the label: n_A = n, so the Clopper-Pearson bound is alpha^(1/n) in closed form."""
+    class Constant(nn.Module):
+        def forward(self, x):
+            return torch.stack([torch.ones(len(x)), torch.zeros(len(x))], 1)
+
+    ds = Dataset(x=torch.rand(3, 1, 2, 2), y=torch.zeros(3, dtype=torch.long), classes=["a", "b"])
+    for n, alpha in ((50, 0.001), (1000, 0.05)):
+        rep = C.certify(Constant(), ds, SIGMA, n0=5, n=n, alpha=alpha, device="cpu")
+        assert (rep.n_top == n).all() and (rep.pred == 0).all()
+        assert np.allclose(rep.p_lower, alpha ** (1 / n), rtol=1e-12, atol=0)
+        assert np.allclose(rep.radius, SIGMA * norm.ppf(alpha ** (1 / n)), rtol=1e-12, atol=0)
+
+
+class Recorder2(nn.Module):
+    """:class:`Coin` that keeps every input it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.detach().clone())
+        return Coin()(x)
+
+
+def test_selection_estimation_and_predict_draw_independent_noise():
+    """No draw of one pass reappears in another (whatever the streams are called): shared streams would
+    make the first n0 estimation draws the selection draws."""
+    ds = Dataset(x=coin_row([0.3]), y=torch.ones(1, dtype=torch.long), classes=["a", "b"])
+    model = Recorder2()
+    C.certify(model, ds, SIGMA, n0=4, n=10, batch_size=10, device="cpu")
+    by_rows = {len(t): t for t in model.seen}
+    sel, est = by_rows[4], by_rows[10]
+    C.predict(model, ds.x, SIGMA, n=12, batch_size=12, device="cpu")
+    pred = model.seen[-1]
+    assert len(pred) == 12
+    rows = [r.flatten() for t in (sel, est, pred) for r in t]
+    assert len({tuple(r.tolist()) for r in rows}) == len(rows)
+
+
+def test_predict_is_the_two_sided_binomial_test_of_the_top_two_counts():
+    """PREDICT redone by hand from pass 2's draws: the top class when scipy's two-sided binomial test of
+    the top two counts at 1/2 gives p <= alpha, else abstain; alpha is set between the one- and the
+    two-sided p of one input, where only the two-sided test abstains."""
+    from scipy.stats import binomtest
+
+    offsets = np.linspace(-0.6, 0.6, 13)
+    x = coin_row(offsets)
+    n, seed = 200, 7
+    keys = list(range(100, 113))
+    counts = np.stack([draw_counts(Coin(), x[i], seed, k, PREDICT, n) for i, k in enumerate(keys)])
+    top = np.argsort(-counts, axis=1, kind="stable")[:, :2]
+    c1, c2 = counts[np.arange(len(x)), top[:, 0]], counts[np.arange(len(x)), top[:, 1]]
+    two = np.array([binomtest(int(a), int(a + b), 0.5).pvalue for a, b in zip(c1, c2)])
+    one = np.array([binomtest(int(a), int(a + b), 0.5, alternative="greater").pvalue for a, b in zip(c1, c2)])
+    i = int(np.argmin(np.where(two < 0.5, np.abs(two - 0.1), np.inf)))  # a clear but not overwhelming lead
+    assert c1[i] > c2[i] and one[i] < two[i] < 1
+    for alpha in (0.5 * (one[i] + two[i]), two[i] * (1 + 1e-9), 0.05):
+        got = C.predict(Coin(), x, SIGMA, n=n, alpha=alpha, batch_size=n, seed=seed, keys=keys, device="cpu")
+        assert got.tolist() == np.where(two <= alpha, top[:, 0], C.ABSTAIN).tolist(), alpha
+    got = C.predict(Coin(), x, SIGMA, n=n, alpha=0.5 * (one[i] + two[i]), batch_size=n, seed=seed, keys=keys, device="cpu")
+    assert got[i] == C.ABSTAIN  # a one-sided test would have returned the top class here
 
 # ---------------------------------------------------------------------------- determinism and resume
 def test_deterministic_under_seed_and_independent_of_the_other_samples():
