@@ -775,13 +775,41 @@ def attack_check(model: nn.Module, dataset, rep: CertifyReport, radius: float, *
                             f"classifier ({100 * row['empirical_robust']:.1f}%) beyond sampling error")
     result = {"radius": radius, "attack": attack, "noise_samples": int(noise_samples), "n_predict": int(n_predict),
               "n": int(chosen_a.size), "certified": float(cert.mean()), "empirical_robust": float(robust.mean()),
-              "contradictions": n_contra, "contradiction_tail_p": tail, "per_class": rows, "warnings": warnings,
+              "n_certified": n_cert, "n_robust": int(robust.sum()), "contradictions": n_contra,
+              "certified_abstained": int((cert & (adv_pred == ABSTAIN)).sum()),
+              "contradiction_tail_p": tail, "per_class": rows, "warnings": warnings,
               "seconds": round(time.perf_counter() - t0, 3)}
     rep.warnings.extend(warnings)
     rep.meta.setdefault("attack_check", []).append({k: v for k, v in result.items() if k != "warnings"})
     for w in warnings:
         log.warning(w)
     return result
+
+
+def check_line(chk: dict[str, Any]) -> str:
+    """One sentence on an :func:`attack_check` result: certified against empirical robust accuracy on
+    the same samples, the relation that holds (<, = or >) and what it means.
+
+    Certified accuracy is a lower bound on the smoothed classifier's robust accuracy (each certificate
+    fails with probability alpha) and the attack's is an upper bound (an attack can miss), so
+    certified <= empirical is the expected order. Certified above empirical means more certified
+    samples were called not robust at the attacked point than uncertified ones robust: PREDICT there
+    returned a definite wrong class (a contradicted certificate) or abstained, its ``n_predict``
+    fresh draws unable to separate the top two classes. The certificate does not rule an abstention
+    out (near the edge of the certified ball the top class may be barely ahead), so abstentions are a
+    limit of PREDICT's draws, not evidence against the certificate; contradictions are, beyond the
+    rate the failure probabilities allow (the check's warning)."""
+    n, k_cert, k_rob = int(chk["n"]), int(chk["n_certified"]), int(chk["n_robust"])
+    contra, abst = int(chk["contradictions"]), int(chk["certified_abstained"])
+    rel, meaning = ("<", "the expected order: a certificate is a lower bound on robust accuracy, an attack an upper "
+                    "one") if k_cert < k_rob else ("=", "the lower and the upper bound meet") if k_cert == k_rob else \
+        (">", "more certified samples were not robust at the attacked point than uncertified ones were robust: "
+              "contradicted certificates (a definite wrong class) or PREDICT abstaining there (its "
+              f"{chk['n_predict']} draws could not separate the top two classes: a limit of PREDICT's draws, "
+              "not a contradiction)")
+    return (f"check at radius {chk['radius']:g} ({chk['attack']} on the smoothed classifier, {n} samples): "
+            f"certified {100 * k_cert / n:.1f}% ({k_cert}) {rel} empirical robust {100 * k_rob / n:.1f}% ({k_rob}), "
+            f"{meaning}; {contra} contradicted certificates, {abst} certified samples where PREDICT abstained")
 
 
 # ============================================================================== the model source

@@ -194,12 +194,15 @@ def test_certify_is_cohen_et_als_algorithm_draw_for_draw():
     assert (sel_stream[np.arange(len(x)), c_a] != n_a).any()
 
 
+class Constant(nn.Module):
+    """Class 0 whatever the input: no noise or attack changes it."""
+
+    def forward(self, x):
+        return torch.stack([torch.ones(len(x)), torch.zeros(len(x))], 1) + 0 * x.flatten(1)[:, :1]
+
+
 def test_a_model_without_doubt_gets_the_largest_radius_exactly():
     """Every draw is the label: n_A = n, so the Clopper-Pearson bound is alpha^(1/n) in closed form."""
-    class Constant(nn.Module):
-        def forward(self, x):
-            return torch.stack([torch.ones(len(x)), torch.zeros(len(x))], 1)
-
     ds = Dataset(x=torch.rand(3, 1, 2, 2), y=torch.zeros(3, dtype=torch.long), classes=["a", "b"])
     for n, alpha in ((50, 0.001), (1000, 0.05)):
         rep = C.certify(Constant(), ds, SIGMA, n0=5, n=n, alpha=alpha, device="cpu")
@@ -371,6 +374,31 @@ def test_attack_check_is_quiet_on_true_certificates_and_fires_on_forged_ones():
     res2 = C.attack_check(model, ds, forged, r, per_class=20, noise_samples=16, n_predict=2000, device="cpu")
     assert res2["contradictions"] >= 3 and any("suspect" in w for w in forged.warnings)
     assert res2["empirical_robust"] < res2["certified"]
+    # the printed line states the relation that holds, in both directions
+    for got in (res, res2):
+        assert got["n_certified"] == round(got["certified"] * got["n"]) and got["n_robust"] == round(got["empirical_robust"] * got["n"])
+    line = C.check_line(res)
+    assert f"certified {100 * res['certified']:.1f}% ({res['n_certified']}) < empirical robust" in line
+    assert "expected order" in line and " > " not in line
+    line2 = C.check_line(res2)
+    assert (f"certified {100 * res2['certified']:.1f}% ({res2['n_certified']}) > empirical robust "
+            f"{100 * res2['empirical_robust']:.1f}% ({res2['n_robust']})") in line2
+    assert "<" not in line2 and f"{res2['contradictions']} contradicted certificates" in line2
+    # the certified samples called not robust are the contradicted and the abstained ones, and they make the excess
+    assert res2["contradictions"] + res2["certified_abstained"] >= res2["n_certified"] - res2["n_robust"]
+
+
+
+def test_check_line_says_equal_when_certificates_meet_the_attack():
+    """A constant model: certified wherever it is right, and no attack moves it, so certified and
+    empirical robust accuracy are the same samples."""
+    ds = Dataset(x=torch.rand(6, 1, 2, 2), y=torch.tensor([0, 0, 0, 0, 1, 1]), classes=["a", "b"])
+    rep = C.certify(Constant(), ds, SIGMA, n0=10, n=200, device="cpu")
+    res = C.attack_check(Constant(), ds, rep, 0.1, per_class=3, noise_samples=4, n_predict=200, device="cpu")
+    assert res["n_certified"] == res["n_robust"] == 3 and res["n"] == 5
+    line = C.check_line(res)
+    assert "certified 60.0% (3) = empirical robust 60.0% (3), the lower and the upper bound meet" in line
+    assert line.endswith("0 contradicted certificates, 0 certified samples where PREDICT abstained")
 
 
 # ---------------------------------------------------------------------------- gaussian-aug
@@ -423,9 +451,11 @@ def test_cli_certify_writes_json_outcomes_html(ckpt, tmp_path, capsys):
     out = tmp_path / "c" / "certify.json"
     code, stdout, err = run_cli(["certify", "--model", ckpt, "--data", "digits", "--per-class", "2", "--n0", "10",
                                  "--n", "100", "--sigma", "0.25", "--out", out, "--html", tmp_path / "c.html",
-                                 "--bootstrap", "20"], capsys)
+                                 "--bootstrap", "20", "--check-radius", "0.1", "--check-per-class", "1"], capsys)
     assert code == 0, err
     d = json.loads(out.read_text())
+    (chk,) = d["meta"]["attack_check"]
+    assert C.check_line(chk) in " ".join(stdout.split())  # the check's line, with the relation that holds
     assert d["schema"] == "robfair.certify/1" and d["meta"]["n_samples"] == 20
     assert (tmp_path / "c" / "certify_outcomes.csv").is_file() and (tmp_path / "c.html").is_file()
     assert not list((tmp_path / "c").glob(".*partial*"))  # the resume checkpoint is gone after success

@@ -152,9 +152,7 @@ def certify(
     for line in rep.summary_lines():
         console.print(term(line), highlight=False)
     for chk in rep.meta.get("attack_check", []):
-        console.print(f"check at radius {chk['radius']:g} ({chk['attack']} on the smoothed classifier, {chk['n']} samples): "
-                      f"certified {100 * chk['certified']:.1f}% <= empirical robust {100 * chk['empirical_robust']:.1f}%; "
-                      f"{chk['contradictions']} contradicted certificates", highlight=False)
+        console.print(term(C.check_line(chk)), highlight=False)
     for w in rep.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {term(w)}", highlight=False)
     console.print(f"{rep.meta['n_samples']} samples, {rep.meta['noise_draws']} noise draws in {rep.meta['seconds']:.1f} s "
