@@ -8,6 +8,9 @@ Intervals and tests of one rate or one table:
   certified radius, ``robfair.certify``);
 - :func:`chi2_sf`, :func:`chi2_contingency`: the chi-square test of independence, equal to
   ``scipy.stats.chi2_contingency`` (Yates' correction at one degree of freedom);
+- :func:`finite_population_bounds`: anytime-valid one-sided bounds on the marked items of a finite
+  population from a random prefix drawn without replacement (the reliability probe's per-group
+  statements, valid under its adaptive rounds);
 
 Two runs or two attacks on the same classes:
 
@@ -32,8 +35,8 @@ Resampling:
 
 Users: :class:`~robfair.metrics.report.GroupReport` (by-group intervals, ``bootstrap``, ``chi2``,
 ``rho``), ``report.tables`` (leaderboard rho, intervals of averages), ``report.html``, ``certify``,
-``experiments.compare`` (every test and interval of a comparison) and ``audit.probe`` (the
-reliability probe's one-sided McNemar test and Holm correction).
+``experiments.compare`` (every test and interval of a comparison) and ``audit.probe_design`` (the
+reliability probe's bounds).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 
-__all__ = ["wilson", "cp_lower", "cp_upper", "chi2_sf", "chi2_contingency", "two_proportion_test", "newcombe_interval", "mcnemar_exact",
+__all__ = ["wilson", "cp_lower", "cp_upper", "finite_population_bounds", "chi2_sf", "chi2_contingency", "two_proportion_test", "newcombe_interval", "mcnemar_exact",
            "binom_half_cdf", "tango_interval", "paired_interval", "holm", "holm_levels", "bootstrap_counts",
            "stratified_bootstrap", "dafa_rho", "RATES"]
 
