@@ -162,3 +162,15 @@ def test_the_probe_is_seeded_and_deterministic():
     drop = ("seconds", "cost")
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
     assert np.isclose(a["cost"]["probe_units"], b["cost"]["probe_units"])
+
+
+def test_what_the_probe_compares():
+    from robfair.audit.probe import probe_attack
+
+    assert probe_attack(["fgsm", "pgd20"]) == {"mode": "sampled", "reference": "autoattack",
+                                               "compared": ["fgsm", "pgd20"], "why": ""}
+    assert probe_attack(["pgd20", "autoattack"])["mode"] == "in-audit"
+    # an L2 AutoAttack says nothing about L-inf attacks: those are still probed with L-inf AutoAttack
+    assert probe_attack(["pgd20", "autoattack-l2"])["compared"] == ["pgd20"]
+    assert probe_attack(["pgd20-l2"])["reference"] == "autoattack-l2"
+    assert probe_attack(["pgd20-t", "trades-kl"])["mode"] is None

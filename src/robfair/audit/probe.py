@@ -121,10 +121,9 @@ def probe_attack(attack_names: Sequence[str]) -> dict[str, Any]:
         if getattr(atk, "targeted", False) or getattr(atk, "family", "") == "trades-kl":
             continue
         untargeted.setdefault(norm, []).append(name)
-    for norm, aa in (("linf", "autoattack"), ("l2", "autoattack-l2")):
+    for norm, aa in (("linf", "autoattack"), ("l2", "autoattack-l2")):  # L-inf first, then L2
         if norm in in_audit:
             return {"mode": "in-audit", "reference": in_audit[norm], "compared": untargeted.get(norm, []), "why": ""}
-    for norm, aa in (("linf", "autoattack"), ("l2", "autoattack-l2")):
         if untargeted.get(norm):
             return {"mode": "sampled", "reference": aa, "compared": untargeted[norm], "why": ""}
     return {"mode": None, "reference": None, "compared": [], "why": "no untargeted L-inf or L2 attack to compare with"}
