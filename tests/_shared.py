@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from robfair.data import Dataset
 from robfair.training import Callback
 
 
@@ -36,6 +37,36 @@ class StopAfterEpoch(Callback):
     def on_epoch_end(self, epoch, record):
         if epoch == self.epoch:
             raise Stop
+
+
+class Quantize(nn.Module):
+    """Rounds every pixel to ``levels`` steps: the forward pass is piecewise constant, so every input
+    gradient is zero and gradient attacks get nowhere, while the decision still moves with the input."""
+
+    def __init__(self, levels: int = 4):
+        super().__init__()
+        self.levels = levels
+
+    def forward(self, x):
+        return torch.round(x * self.levels) / self.levels
+
+
+def probe_problem(masked: bool, n=150, k=3, seed=0):
+    """A linear model on 4x4 inputs (behind :class:`Quantize` when ``masked``: PGD overstates its
+    robustness and the reliability probe flags it) and a dataset it labels itself, in two groups."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    lin = nn.Linear(16, k)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(k, 16, generator=g))
+        lin.bias.copy_(-lin.weight @ torch.full((16,), 0.5))
+    layers = ([Quantize()] if masked else []) + [nn.Flatten(), lin]
+    model = nn.Sequential(*layers).eval()
+    x = 0.25 + 0.5 * torch.rand(n, 1, 4, 4, generator=g)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    gid = (torch.arange(n) % 2).long()
+    return model, Dataset(x=x, y=y, classes=[f"c{i}" for i in range(k)], g=gid, groups=["a", "b"], name="probe")
 
 
 def run_cli(argv, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -141,3 +142,95 @@ def test_every_help_shows_defaults_and_names_real_things(capsys):
     assert "pip install 'robfair[tensorboard]'" in render(tb.help).plain  # as rich shows it, brackets kept
     code, out, _ = run_cli(["theory", "gaussian", "--help"], capsys)
     assert "docs/groups-fairness.md" in re.sub(r"\s|│", "", out)
+
+
+def test_probe_progress_lines_count_passes_with_rate_and_eta(capsys):
+    from robfair.audit.probe import PROGRESS_STAGE
+
+    clock = Clock()
+    bars = A._Bars(A._progress(), clock=clock)
+    capsys.readouterr()
+    for t in range(1, 11):  # 5,000 passes a second, 50,000 in all: a line every 10%
+        clock.t = t
+        bars(f"audit: {PROGRESS_STAGE}", 5000 * t, 50_000)
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert lines == ["[     5s] audit: reliability probe (AutoAttack)  25,000/50,000 passes (50%)  5,000 passes/s  ETA 5s",
+                     "[    10s] audit: reliability probe (AutoAttack)  50,000/50,000 passes (100%)  5,000 passes/s  done"]
+    # other stages keep their unit and plain counts
+    assert _bars(capsys, [(t, t) for t in range(1, 101)])[0].endswith("10/100 (10%)  1 it/s  ETA 1m30s")
+
+
+def test_probe_bar_names_its_unit_on_a_terminal(monkeypatch):
+    from robfair.audit.probe import PROGRESS_STAGE
+
+    buf = io.StringIO()
+    monkeypatch.setattr(A, "console", Console(file=buf, force_terminal=True, width=120))
+    with A._progress() as p:
+        bars = A._Bars(p)
+        bars(PROGRESS_STAGE, 1234, 50_000)
+        p.refresh()
+        bars("audit", 3, 10)
+        p.refresh()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())
+    assert re.search(r"1234/50000 passes", shown) and not re.search(r"3/10 passes", shown)
+
+
+def test_printed_warnings_keep_exactly_the_reported_lines_off_the_terminal_log(capsys):
+    """A command that prints the audit's warnings itself keeps the library's log copies of exactly
+    those lines off the terminal; other records pass; if it fails first, the held lines are logged."""
+    import logging
+    import sys
+
+    from robfair.audit.report import REPORTED
+
+    root, log = logging.getLogger(), logging.getLogger("robfair.audit.report")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("LOG %(message)s"))
+    root.addHandler(handler)
+    try:
+        with A.printed_warnings():
+            log.warning("%s", "reported line", extra={REPORTED: True})
+            log.warning("an unrelated record")
+        assert capsys.readouterr().err.splitlines() == ["LOG an unrelated record"]
+        with pytest.raises(KeyError):
+            with A.printed_warnings():
+                log.warning("%s", "held line", extra={REPORTED: True})
+                raise KeyError("the command failed before printing it")
+        assert capsys.readouterr().err.splitlines() == ["LOG held line"]
+        log.warning("%s", "outside", extra={REPORTED: True})  # the Python API: logged as ever
+        assert capsys.readouterr().err.splitlines() == ["LOG outside"] and not handler.filters
+    finally:
+        root.removeHandler(handler)
+
+
+def test_a_real_audit_says_the_probes_verdict_once_on_the_terminal(tmp_path):
+    """`robfair audit` in a subprocess (its own logging set-up, as a user runs it) on a model that
+    masks its gradients: the failing verdict appears once in stdout + stderr, the flagged groups are
+    marked (the progress lines are tested above, with a clock)."""
+    import os
+    import subprocess
+    import sys
+    import warnings
+
+    import numpy as np
+    import torch
+
+    pytest.importorskip("pyautoattack")
+    from _shared import probe_problem
+
+    model, ds = probe_problem(masked=True)
+    with warnings.catch_warnings():  # TorchScript is deprecated in torch 2.13, and one of the formats robfair reads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.trace(model, ds.x[:2]).save(str(tmp_path / "masked.pt"))
+    np.savez(tmp_path / "masked.npz", x=ds.x.numpy(), y=ds.y.numpy(), classes=np.array(ds.classes, dtype=str))
+    src = str(Path(A.__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", "from robfair.cli import main; main()", "audit", "--model",
+                        str(tmp_path / "masked.pt"), "--data", f"npz:{tmp_path / 'masked.npz'}", "--attack", "pgd10",
+                        "--eps", "0.1", "--probe", "20", "--bootstrap", "0", "--device", "cpu"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    both = r.stdout + r.stderr
+    assert both.count("reliability probe: pgd10 overstates robust accuracy in") == 1, both
+    assert "WARNING" not in r.stderr
+    assert re.search(r"^! c\d ", r.stdout, re.M) and "AutoAttack-corrected robust %" in r.stdout

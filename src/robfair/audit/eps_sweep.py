@@ -46,7 +46,7 @@ from ..metrics import GroupReport
 from ..utils import parse_eps
 from .checks import WORST_CASE
 from .distributed import evaluate_sharded
-from .report import AuditReport
+from .report import REPORTED, AuditReport
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,6 @@ def eps_sweep(
             "attacked_samples": out.meta["attacked_samples"][names[0]] if len(names) == 1
             else out.meta["attacked_samples"], "seconds": out.meta["seconds"], "warnings": list(out.warnings)}
     for w in out.warnings:
-        log.warning(w)
+        log.warning("%s", w, extra={REPORTED: True})
     return EpsSweep(attack=headline, eps=values, reports=[a[headline] for a in audits], monotone=monotone,
                     meta=meta, audits=audits, outcomes=out)

@@ -51,6 +51,11 @@ SCHEMA = "robfair.audit/1"
 #: Progress callback: (stage, done, total). The CLI passes one that drives a rich progress bar.
 Progress = Callable[[str, int, int], None]
 
+#: the log record of each warning a result also carries (``report.warnings``, an eps sweep's
+#: ``meta["warnings"]``) has this attribute set (``extra=``): a caller that prints those warnings
+#: itself (the CLI) can keep the log's copy of exactly those lines off its terminal
+REPORTED = "robfair_reported"
+
 
 @dataclass
 class AuditReport(ReportViews):
@@ -315,8 +320,8 @@ def audit(
     report.probe = {k: v for k, v in rec.items() if k != "warnings"}
     report.warnings += rec.get("warnings", [])
     meta["seconds"] = round(meta["seconds"] + rec.get("seconds", 0.0), 3)
-    for w in report.warnings:  # each once: the CLI prints the probe's verdict itself
-        log.warning(w)
+    for w in dict.fromkeys(report.warnings):  # each once; the CLI prints them itself (REPORTED)
+        log.warning("%s", w, extra={REPORTED: True})
     return report
 
 

@@ -6,6 +6,7 @@ and no output file is left half-written (files are written atomically at the end
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -60,6 +61,7 @@ def _progress() -> Progress:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=live,
@@ -79,6 +81,48 @@ def log_line(text: str) -> None:
     console.print(text, highlight=False, soft_wrap=True)
 
 
+class _Reported:
+    """A filter on a terminal log handler: a record marked ``REPORTED`` (a warning the command prints
+    itself from the result) is held back instead of written."""
+
+    def __init__(self, attr: str) -> None:
+        self.attr, self.held = attr, []
+
+    def filter(self, record) -> bool:
+        if getattr(record, self.attr, False):
+            self.held.append(record)
+            return False
+        return True
+
+
+@contextmanager
+def printed_warnings():
+    """Around a command whose audits' warnings it prints itself (``print_audit``, ``print_demo``,
+    the eps sweep's lines): the library's log copies of exactly those lines (marked
+    :data:`robfair.audit.report.REPORTED`) stay off the terminal's log handlers, so each warning
+    shows once. If the command fails before printing them, the held lines are logged after all.
+    Other records, other handlers (files) and the Python API's logging are untouched."""
+    import logging
+    import sys
+
+    from ..audit.report import REPORTED
+
+    streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    held = [(h, _Reported(REPORTED)) for h in logging.getLogger().handlers
+            if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in streams]
+    for h, f in held:
+        h.addFilter(f)
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        for h, f in held:
+            h.removeFilter(f)
+            for record in f.held if not done else ():
+                h.handle(record)
+
+
 def _duration(seconds: float) -> str:
     s = int(round(max(0.0, seconds)))
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
@@ -92,6 +136,9 @@ class _Bars:
     line per ``min_gap`` seconds, and at least one every ``heartbeat`` seconds while anything runs::
 
         [  2m05s] pgd-at: epoch 3 train  45/120 (37%)  2.3 batches/s  ETA 33s
+
+    The reliability probe counts passes through the model (its budget), so its bar and lines say
+    ``passes`` (``12,000/49,320 passes (24%)  2,280 passes/s  ETA 16s``).
     """
 
     def __init__(self, progress: Progress, prefix: str = "", *, every: float = 0.1, min_gap: float = 5.0,
@@ -108,6 +155,14 @@ class _Bars:
         self.t0 = self.clock()
         self.last_line = self.t0
         self.stages: dict[str, tuple[float, int, int]] = {}  # stage -> (start time, done then, last step logged)
+        self.units: dict[str, str] = {}
+
+    def _unit(self, key: str) -> str:
+        if key not in self.units:
+            from ..audit.probe import PROGRESS_STAGE
+
+            self.units[key] = "passes" if key.endswith(PROGRESS_STAGE) else self.unit
+        return self.units[key]
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         key = f"{self.prefix}{stage}"
@@ -115,7 +170,8 @@ class _Bars:
             self._log(key, done, total)
             return
         if key not in self.tasks:
-            self.tasks[key] = self.progress.add_task(key, total=total)
+            unit = self._unit(key)
+            self.tasks[key] = self.progress.add_task(key, total=total, unit="" if unit == self.unit else unit)
         self.progress.update(self.tasks[key], completed=done, total=total)
         if done >= total:
             self.progress.remove_task(self.tasks.pop(key))
@@ -133,10 +189,13 @@ class _Bars:
             self.last_line = now
             rate = (done - done0) / (now - start) if now > start and done > done0 else 0.0
             eta = f"ETA {_duration((total - done) / rate)}" if rate > 0 and not finished else ("done" if finished else "ETA -")
-            speed = f"{rate:.3g} {self.unit}/s" if rate >= 0.1 else (f"{60 * rate:.3g} {self.unit}/min" if rate > 0 else "-")
+            unit = self._unit(key)
+            speed = (f"{rate:,.0f} {unit}/s" if rate >= 1000 else f"{rate:.3g} {unit}/s" if rate >= 0.1 else
+                     f"{60 * rate:.3g} {unit}/min" if rate > 0 else "-")
+            count = f"{done:,}/{total:,}" + ("" if unit == self.unit else f" {unit}")
             from ..inert import plain
 
-            err_console.print(f"[{_duration(now - self.t0):>7}] {plain(key)}  {done}/{total} ({100 * frac:.0f}%)  "
+            err_console.print(f"[{_duration(now - self.t0):>7}] {plain(key)}  {count} ({100 * frac:.0f}%)  "
                               f"{speed}  {eta}", highlight=False, soft_wrap=True, markup=False)
         if finished:
             self.stages.pop(key, None)
@@ -211,12 +270,14 @@ def audit(
 
     info = env_info()
     if not info.enabled:
-        _audit(**args)
+        with printed_warnings():
+            _audit(**args)
         return
     quiet_rank(info)
     dist_info, dev, owns = setup(device)
     try:
-        _audit(**args, dist=dist_info, rank_device=str(dev))
+        with printed_warnings():
+            _audit(**args, dist=dist_info, rank_device=str(dev))
     finally:
         if owns:
             cleanup(dist_info)
@@ -582,9 +643,10 @@ def demo(
     check_output_dir(out, fix="choose another --out (or delete the old demo first)")
     resolve_device(device)
     eps_value = check_image_eps(parse_eps(eps), ("pgd", "fgsm"), allow_large=allow_large_eps)
-    with _progress() as p:
-        result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p), probe=probe)
-    print_demo(console, result)
+    with printed_warnings():
+        with _progress() as p:
+            result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p), probe=probe)
+        print_demo(console, result)
 
 
 # ---------------------------------------------------------------------------------------------

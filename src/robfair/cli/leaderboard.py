@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..inert import term
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
 from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, STD_OPTION, _Bars,
-                  _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg)
+                  _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg, printed_warnings)
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -72,6 +72,7 @@ def leaderboard(
     from ..models import with_normalization
     from ..report.html import write_report
     from ..report.tables import RunEntry, _Stats, leaderboard_table
+    from ..report.text import print_probe
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
@@ -97,7 +98,7 @@ def leaderboard(
         loaded.append((m, net, meta, ds))
     entries = []
     for label, (m, net, meta, ds) in zip(_unique([_display_label(m) for m in models]), loaded):
-        with _progress() as p:
+        with _progress() as p, printed_warnings():  # its warnings are printed below, not logged as well
             rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                             progress=_Bars(p, prefix=f"{label}: "), classes=ds.classes)
         rep.meta["checkpoint"] = m
@@ -119,6 +120,5 @@ def leaderboard(
     console.print(t)
     console.print(table.note, highlight=False)
     for e in ranked:
-        for w in e.audit.warnings:
-            console.print(f"[yellow]warning[/yellow] ({term(e.name)}): {term(w)}", highlight=False)
+        print_probe(console, e.audit, who=e.name)  # the probe's verdict once, then the other warnings
     console.print(f"wrote {term(paths.html)}, {term(paths.markdown)} and {len(paths.tables)} CSV tables", highlight=False)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..errors import ConfigError
 from ..inert import term
 from ..safeio import yaml_loads
-from .app import _Bars, _progress, app, console, err_console
+from .app import _Bars, _progress, app, console, err_console, printed_warnings
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -183,16 +183,18 @@ def train(
 
         def final_audit(m, test):  # noqa: F811
             return audit(m, test, attacks=attacks, eps=cfg.eps, seed=cfg.seed, device=cfg.device,
-                         precision=cfg.precision, channels_last=cfg.channels_last)
+                         precision=cfg.precision, channels_last=cfg.channels_last, progress=bars)
 
-    with _progress() as p:
-        result = run_training(cfg, callbacks=[_TrainBars(_Bars(p))], final_audit=final_audit)
-    score = "-" if result.best_score is None else f"{result.best_score:.4f}"
-    console.print(f"best epoch {result.best_epoch} (selection score {score}); run folder {result.out}")
-    if result.audit is not None:
-        from ..report.text import print_audit
+    with printed_warnings():  # the final audit's warnings: printed below, not logged as well
+        with _progress() as p:
+            bars = _Bars(p)
+            result = run_training(cfg, callbacks=[_TrainBars(bars)], final_audit=final_audit)
+        score = "-" if result.best_score is None else f"{result.best_score:.4f}"
+        console.print(f"best epoch {result.best_epoch} (selection score {score}); run folder {result.out}")
+        if result.audit is not None:
+            from ..report.text import print_audit
 
-        print_audit(console, result.audit, title=f"test audit of {result.best_path}, eps={cfg.eps:g}")
+            print_audit(console, result.audit, title=f"test audit of {result.best_path}, eps={cfg.eps:g}")
 
 
 @app.command()

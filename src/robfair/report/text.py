@@ -11,6 +11,12 @@ from rich.table import Table
 
 from ..audit.checks import model_state
 from ..inert import term
+from . import reliability as rel
+
+#: rich styles of a flagged group's mark and of the probe's verdict by outcome
+FLAG_STYLE = "bold yellow"
+_VERDICT = {rel.PASSED: ("green", ""), rel.FLAGGED: ("yellow", "warning: "), rel.OPEN: ("yellow", "note: "),
+            rel.SKIPPED: ("dim", "")}
 
 
 def _pct(v: float | None) -> str:
@@ -21,20 +27,74 @@ def _ci(row, col: str) -> str:
     return f"{_pct(row[col])} [{_pct(row[col + '_lo'])}, {_pct(row[col + '_hi'])}]"
 
 
-def group_table(rep, *, title: str = "", by: str = "group") -> Table:
-    """Per group: n, clean / robust accuracy and std / bndy / rob error (percent, 95% Wilson CI)."""
+def group_table(rep, *, title: str = "", by: str = "group", probe: dict | None = None) -> Table:
+    """Per group: n, clean / robust accuracy and std / bndy / rob error (percent, 95% Wilson CI).
+    ``probe`` (the audit's reliability-probe record, per-group tables only): the groups it flags get
+    the mark ``!`` and a column with the AutoAttack-corrected robust accuracy [95% interval] (in-audit:
+    each weaker attack's exact overstatement), filled only where flagged; :func:`flag_legend` says so."""
     df = rep.by_group if by == "group" else rep.by_class
     worst = df["rob_acc"].idxmin() if len(df) else None
+    marks = rel.flags(probe) if by == "group" else {}
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     t.add_column(by)
     t.add_column("n", justify="right")
     for c in ("clean acc % [95% CI]", "robust acc % [95% CI]", "std err", "bndy err", "rob err"):
         t.add_column(c, justify="right")
+    extra = None
+    if marks:
+        extra = "AutoAttack-corrected robust %" if rel.kind(probe) == "sampled" else "overstated (probe)"
+        t.add_column(extra, justify="right")
     for name, row in df.iterrows():
         style = "bold red" if name == worst else None
-        t.add_row(term(name), str(int(row["n"])), _ci(row, "clean_acc"), _ci(row, "rob_acc"),
-                  _pct(row["std_err"]), _pct(row["bndy_err"]), _pct(row["rob_err"]), style=style)
+        cells = [term(name), str(int(row["n"])), _ci(row, "clean_acc"), _ci(row, "rob_acc"),
+                 _pct(row["std_err"]), _pct(row["bndy_err"]), _pct(row["rob_err"])]
+        if extra is not None:
+            f = marks.get(str(name))
+            cells[0] = f"[{FLAG_STYLE}]{rel.MARK} {cells[0]}[/{FLAG_STYLE}]" if f else f"  {cells[0]}"
+            cells.append(_flag_cell(f))
+        t.add_row(*cells, style=style)
     return t
+
+
+def _flag_cell(f: rel.Flag | None) -> str:
+    """A flagged group's cell: the corrected robust accuracy [95% interval], or why (in-audit)."""
+    if f is None:
+        return ""
+    shown = term(f.why) if f.corrected is None else f"{_pct(f.corrected[0])} [{_pct(f.corrected[1])}, {_pct(f.corrected[2])}]"
+    return f"[{FLAG_STYLE}]{shown}[/{FLAG_STYLE}]"
+
+
+def flag_legend(probe: dict | None, who: str = "") -> str | None:
+    """The one line under a group table with flagged groups (rich markup), None without any."""
+    line = rel.legend(probe)
+    if line is None:
+        return None
+    return f"[{FLAG_STYLE}]{rel.MARK}[/{FLAG_STYLE}]{' ' + term(who) + ':' if who else ''}{term(line[len(rel.MARK):])}"
+
+
+def verdict_markup(probe: dict | None, warnings=(), who: str = "") -> str | None:
+    """The probe's verdict as one console line: green when it passed, a yellow warning when it
+    flags a group, a note when nothing was attacked, dim when skipped; None without a record."""
+    line = rel.verdict_line(probe, warnings)
+    if line is None:
+        return None
+    colour, lead = _VERDICT[rel.status(probe)]
+    head, sep, rest = line.partition(": ")
+    who = f" ({term(who)})" if who else ""
+    if lead:
+        return f"[{colour}]{lead.rstrip(': ')}{who}:[/{colour}] {term(line)}"
+    return f"[{colour}]{term(head)}{who}{sep}[/{colour}]{term(rest)}"
+
+
+def print_probe(console: Console, report, who: str = "") -> None:
+    """The probe's verdict, once, then the audit's other warnings (AutoAttack's own flags among
+    them), each once."""
+    line = verdict_markup(report.probe, report.warnings, who)
+    if line is not None:
+        console.print(line, soft_wrap=True)
+    label = f" ({term(who)})" if who else ""
+    for w in rel.other_warnings(report.probe, report.warnings):
+        console.print(f"[yellow]warning{label}:[/yellow] {term(w)}", soft_wrap=True)
 
 
 def aggregate_table(rep, *, n_boot: int = 1000, seed: int = 0, k: int = 3, title: str = "") -> Table:
@@ -78,7 +138,8 @@ def chi2_line(rep) -> str:
 
 
 def print_audit(console: Console, report, *, title: str = "", n_boot: int = 1000, by: str = "group") -> None:
-    """Print an AuditReport: per-attack overall line, the headline per-group table, aggregates, tests, warnings."""
+    """Print an AuditReport: per-attack overall line, the headline per-group table (the probe's
+    flagged groups marked), aggregates, tests, the probe's verdict once, the other warnings."""
     console.print(f"[bold]{term(title)}[/bold]" if title else "")
     for name, rep in report.reports.items():
         o = rep.overall
@@ -86,29 +147,38 @@ def print_audit(console: Console, report, *, title: str = "", n_boot: int = 1000
                       f"  (std err {_pct(o['std_err'])} + bndy err {_pct(o['bndy_err'])} = rob err {_pct(o['rob_err'])})")
     main = report.main
     label = main.attack if main.attack else "attack"
-    console.print(group_table(main, title=f"per {by}, {label}", by=by))
+    console.print(fit_table(console, group_table(main, title=f"per {by}, {label}", by=by, probe=report.probe)))
+    legend = flag_legend(report.probe) if by == "group" else None
+    if legend:
+        console.print(legend, soft_wrap=True)
     console.print(aggregate_table(main, n_boot=n_boot, title=f"disparity, {label} (95% bootstrap CI for worst and gap)"))
     console.print(chi2_line(main))
-    for w in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {term(w)}")
+    print_probe(console, report)
 
 
 def side_by_side(reports: Mapping[str, Any], *, title: str = "") -> Table:
-    """One row per class, clean and robust accuracy of several models next to each other."""
-    items = [(label, getattr(r, "main", r)) for label, r in reports.items()]
-    frames = [(label, rep.by_group) for label, rep in items]
+    """One row per class, clean and robust accuracy of several models next to each other; a model
+    whose reliability probe flags classes gets their mark and its AutoAttack-corrected column."""
+    items = [(label, getattr(r, "main", r), rel.flags(getattr(r, "probe", None))) for label, r in reports.items()]
+    frames = [(label, rep.by_group, marks) for label, rep, marks in items]
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     t.add_column("class")
-    for label, _ in frames:
+    for label, _, marks in frames:
         t.add_column(f"{label} clean %", justify="right")
         t.add_column(f"{label} robust % [95% CI]", justify="right")
-    worst = {label: df["rob_acc"].idxmin() for label, df in frames}
+        if marks:
+            t.add_column(f"{label} AutoAttack-corrected %", justify="right")
+    worst = {label: df["rob_acc"].idxmin() for label, df, _ in frames}
     for name in frames[0][1].index:
         cells = []
-        for label, df in frames:
+        for label, df, marks in frames:
             row = df.loc[name]
             rob = _ci(row, "rob_acc")
+            f = marks.get(str(name))
+            rob = f"{rob} [{FLAG_STYLE}]{rel.MARK}[/{FLAG_STYLE}]" if f else (f"{rob}  " if marks else rob)
             cells += [_pct(row["clean_acc"]), f"[bold red]{rob}[/bold red]" if worst[label] == name else rob]
+            if marks:
+                cells.append(_flag_cell(f))
         t.add_row(term(name), *cells)
     return t
 
@@ -133,13 +203,17 @@ def disparity_table(reports: Mapping[str, Any], *, n_boot: int = 1000, title: st
 def print_demo(console: Console, result) -> None:
     """The demo's closing screen: side-by-side class table, disparity figures, where files went."""
     reports = result.reports
-    console.print(side_by_side(reports, title=f"Class-wise accuracy on digits (test), L-inf eps={result.eps:g}, "
-                                              f"attack {result.attack_label}; worst class in red"))
+    console.print(fit_table(console, side_by_side(reports, title=f"Class-wise accuracy on digits (test), L-inf "
+                                                                 f"eps={result.eps:g}, attack {result.attack_label}; "
+                                                                 "worst class in red")))
+    for label, r in reports.items():
+        legend = flag_legend(getattr(r, "probe", None), who=label)
+        if legend:
+            console.print(legend, soft_wrap=True)
     console.print()
     console.print(disparity_table(reports, title="Disparity (percent; 95% bootstrap CI)"))
     for label, r in reports.items():
-        for w in getattr(r, "warnings", []):
-            console.print(f"[yellow]warning ({term(label)}):[/yellow] {term(w)}")
+        print_probe(console, r, who=label)
     console.print()
     for line in result.summary_lines:
         console.print(term(line))
