@@ -39,9 +39,10 @@ from ..metrics import wilson
 from ..runfolder import RunFolder, is_audit_file, read_jsonl
 from ..utils import atomic_path
 from . import plots
+from . import reliability as rel
 from .plots import classwise_bars, tied_min
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
-                     to_markdown, write_csvs)
+                     probe_tables, to_markdown, write_csvs)
 
 DPI = 80
 
@@ -74,6 +75,17 @@ class Strip:
 
 
 @dataclass
+class ProbeLine:
+    """A run's reliability-probe verdict for the page: ``status`` (passed, flagged, skipped,
+    inconclusive: the CSS class of its badge), the one line, AutoAttack's own flags."""
+
+    run: str
+    status: str
+    line: str
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
 class RunSection:
     name: str
     lines: list[str]
@@ -81,6 +93,8 @@ class RunSection:
     config: list[tuple[str, str]] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
     strip: Strip | None = None
+    probe: ProbeLine | None = None
+    tables: list[Table] = field(default_factory=list)
 
 
 @dataclass
@@ -120,16 +134,33 @@ def _figure(build: Any, title: str, alt: str, caption: str = "") -> Figure | Non
         return Figure(title, _png(fig), alt, caption)
 
 
+def figure_flags(entry: RunEntry) -> dict[str, tuple[float, float, float] | None]:
+    """The classes the lead figure marks for a run: those its reliability probe flags as overstated
+    by the audit, with the AutoAttack-corrected estimate (None for an older record). With
+    AutoAttack in the audit the figure's numbers are AutoAttack's, so nothing is marked."""
+    rec = getattr(entry.audit, "probe", None)
+    if rel.kind(rec) not in ("sampled", "older"):
+        return {}
+    return {g: f.corrected for g, f in rel.flags(rec).items()}
+
+
 def overview_figure(entries: Sequence[RunEntry], max_panels: int = 8) -> Figure:
-    """The opening figure: robust accuracy per class with 95% Wilson intervals, sorted, per run."""
+    """The opening figure: robust accuracy per class with 95% Wilson intervals, sorted, per run;
+    the classes the reliability probe flags marked, with their corrected estimate."""
     shown = list(entries)[:max_panels]
     more = len(entries) - len(shown)
-    return _figure(lambda: plots.overview_figure([(e.name, e.report) for e in shown], max_panels=max_panels),
+    flagged = [figure_flags(e) for e in shown]
+    return _figure(lambda: plots.overview_figure([(e.name, e.report) for e in shown], max_panels=max_panels,
+                                                 flagged=flagged),
                    "Which classes are weak, how much, and how sure",
                    "robust accuracy per class, sorted, with intervals, for " + ", ".join(e.name for e in shown),
                    "Robust accuracy of every class (worst case over the audit's attacks), weakest first; bars show "
                    "95% Wilson intervals, the dashed line the average over all samples, red the worst class "
                    "(every class tied at the minimum is red)." + (
+                       " Pale, hatched purple and marked !: a class the reliability probe flags, where the audit's "
+                       "number is overstated; the purple diamond beside it is its AutoAttack-corrected robust "
+                       "accuracy with its 95% interval (the per-run section has the probe's table)." if any(flagged)
+                       else "") + (
                        " With more than 40 classes only the 20 weakest are named; the heatmap names all." if
                        max(len(e.report.group_names) for e in shown) > 40 else "") + (f" The first {len(shown)} of {len(entries)} runs; "
                                                                   "all runs are in the heatmap below." if more else ""))
@@ -351,6 +382,17 @@ def model_statements(rep: Any) -> list[str]:
     return out
 
 
+def probe_line(entry: RunEntry) -> ProbeLine | None:
+    """The run's reliability-probe verdict (passed or not) and AutoAttack's own flags; None when
+    its audit has no probe record."""
+    audit = entry.audit
+    rec = getattr(audit, "probe", None)
+    line = rel.verdict_line(rec, getattr(audit, "warnings", []))
+    if line is None:
+        return None
+    return ProbeLine(entry.name, rel.status(rec), line, rel.autoattack_flags(rec))
+
+
 def _tied(names: Sequence[Any], values: Sequence[float]) -> str:
     idx = tied_min(values)
     shown = ", ".join(str(names[i]) for i in idx[:4])
@@ -400,8 +442,10 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
             lines += run_lines(e.certify)
             if figures:
                 figs.append(curves_figure({e.name: e.certify}))
+        rec = getattr(e.audit, "probe", None)
         out.append(RunSection(e.name, lines, figs, _config_lines(e), model_statements(rep),
-                              example_strip(e) if figures else None))
+                              example_strip(e) if figures else None, probe_line(e),
+                              [display_table(t) for t in probe_tables(rec)]))
     return out
 
 
@@ -436,7 +480,7 @@ def display_table(t: Table, max_columns: int = 14) -> Table:
 
 def render_html(*, title: str, description: str, meta: list[tuple[str, str]], tables: Sequence[Table],
                 figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
-                statements: Sequence[tuple[str, str]] = ()) -> str:
+                statements: Sequence[tuple[str, str]] = (), probes: Sequence[ProbeLine] = ()) -> str:
     """The page from its parts (Jinja2, autoescape on)."""
     import jinja2  # lazy: start-up time (jinja2, ~0.1 s, only when a page is rendered)
 
@@ -445,7 +489,8 @@ def render_html(*, title: str, description: str, meta: list[tuple[str, str]], ta
     env.filters["cell"] = _cell
     return env.get_template("report.html.j2").render(title=title, description=description, meta=meta,
                                                       tables=[display_table(t) for t in tables], figures=figures,
-                                                      runs=runs, warnings=warnings, statements=statements)
+                                                      runs=runs, warnings=warnings, statements=statements,
+                                                      probes=probes)
 
 
 def default_title(paths: Sequence[str | Path]) -> str:
@@ -482,7 +527,11 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
         figs = [f for f in figs if f is not None]
     sections = run_sections(entries, figures=figures)
     statements = [(s.name, line) for s in sections for line in s.statements]
-    warn = [(e.name, w) for e in entries for w in getattr(e.audit, "warnings", [])] + [("(report)", w) for w in extra_warnings]
+    probes = [s.probe for s in sections if s.probe is not None]
+    # the probe's verdicts and AutoAttack's own flags are stated above the figures, not again here
+    warn = [(e.name, w) for e in entries
+            for w in rel.other_warnings(getattr(e.audit, "probe", None), getattr(e.audit, "warnings", []), drop_flags=True)]
+    warn += [("(report)", w) for w in extra_warnings]
     attacks = sorted({a for e in entries for a in (getattr(e.audit, "meta", {}) or {}).get("attacks", [])})
     eps = sorted({_fmt_eps((getattr(e.audit, "meta", {}) or {}).get("eps")) for e in entries})
     settings = group_settings(entries)
@@ -490,10 +539,12 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
             ("audit eps", ", ".join(eps)), ("generated", time.strftime("%Y-%m-%d %H:%M")),
             ("robfair", __version__)]
     page = render_html(title=title, description=description, meta=meta, tables=tables, figures=figs,
-                       runs=sections, warnings=warn, statements=statements)
+                       runs=sections, warnings=warn, statements=statements, probes=probes)
     md_intro = "\n".join(f"- {k}: {v}" for k, v in meta) + ("\n\n" + description if description else "")
     if statements:
         md_intro += "\n\n" + "\n".join(f"- **{run}**: {line}" for run, line in statements)
+    if probes:
+        md_intro += "\n\n" + "\n".join(f"- **{p.run}** ({p.status}): {line}" for p in probes for line in [p.line, *p.flags])
     markdown = to_markdown(tables, title=title, intro=md_intro)
     with atomic_path(out) as tmp:
         tmp.write_text(page, encoding="utf-8")

@@ -3,7 +3,9 @@
 Every builder returns a matplotlib Figure (``robfair.report.html`` embeds them as PNG) except
 :func:`classwise_bars`, which writes the demo's / ``audit --plot``'s PNG. Colours keep one meaning
 everywhere: blue = robust accuracy, light blue = clean accuracy, red = the worst class(es),
-orange = boundary error, grey = standard error; dashed black = the average over all samples.
+orange = boundary error, grey = standard error; dashed black = the average over all samples;
+purple = a class the reliability probe flags (its bar pale and hatched purple: the audit's
+overstated number; a purple diamond: the AutoAttack-corrected estimate with its interval).
 Accuracies are in percent on every axis.
 """
 
@@ -24,6 +26,9 @@ WORST = "#c0392b"
 STD_ERR = "#8a8f98"
 BNDY_ERR = "#e67e22"
 AVG = "#111111"
+#: a class the reliability probe flags (the audit overstates it): its bar pale and hatched in this
+#: colour, the AutoAttack-corrected estimate a diamond with its interval
+FLAGGED = "#7d3c98"
 HEATMAP = "viridis"  # sequential: brighter = higher accuracy (better); same map in every heatmap
 
 
@@ -63,6 +68,13 @@ def _tick_style(ax: Any, labels: Sequence[str], worst: Sequence[int] = (), axis:
     for i in worst:
         ticks[i].set_color(WORST)
         ticks[i].set_fontweight("bold")
+
+
+def _pale(color: str, share: float = 0.3) -> tuple[float, float, float]:
+    """``color`` mixed with white (``share`` of the colour left)."""
+    from matplotlib.colors import to_rgb  # lazy: start-up time (matplotlib: ~0.4 s)
+
+    return tuple(1 - share * (1 - c) for c in to_rgb(color))
 
 
 def _err(val: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -146,12 +158,20 @@ def _classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str,
 
 
 # ============================================================================== report figures
-def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8) -> Any:
+def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
+                    flagged: Sequence[Mapping[str, tuple[float, float, float] | None]] | None = None) -> Any:
     """The report's opening figure: per run, robust accuracy of every class (percent) with its 95%
     Wilson interval, sorted from the weakest class, the run's average as a dashed line and the
-    worst class(es) in red. ``items``: (label, GroupReport)."""
+    worst class(es) in red. ``items``: (label, GroupReport).
+
+    ``flagged`` (one mapping per item): the classes the reliability probe flags, each with its
+    AutoAttack-corrected robust accuracy ``(estimate, lo, hi)`` (fractions) or None: their bars are
+    pale and hatched purple (the audit's number, overstated; red still marks the worst), their tick
+    labels purple and marked ``!``, and the corrected estimate is a purple diamond with its
+    interval (legend entries)."""
     plt = _plt()
     items = [(plain(label), r) for label, r in list(items)[:max_panels]]
+    flagged = list(flagged or [])[:len(items)] + [{}] * max(0, len(items) - len(flagged or []))
     k = max(len(r.group_names) for _, r in items)
     cols = 1 if len(items) == 1 or k > 25 else 2
     rows = math.ceil(len(items) / cols)
@@ -159,7 +179,8 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8) ->
     fig, axes = plt.subplots(rows, cols, figsize=(width, 3.2 * rows + 0.3), squeeze=False, sharey=True)
     for ax in axes.flat[len(items):]:
         ax.set_visible(False)
-    for ax, (label, rep) in zip(axes.flat, items):
+    any_flag = any_corrected = False
+    for ax, (label, rep), marks in zip(axes.flat, items, flagged):
         df = rep.by_group
         val = 100 * df["rob_acc"].to_numpy(dtype=float)
         order = np.argsort(np.where(np.isfinite(val), val, np.inf), kind="stable")
@@ -167,28 +188,61 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8) ->
         lo = 100 * df["rob_acc_lo"].to_numpy(dtype=float)[order]
         hi = 100 * df["rob_acc_hi"].to_numpy(dtype=float)[order]
         names = [plain(df.index[i]) for i in order]
+        keys = [str(df.index[i]) for i in order]
+        flag = [i for i, g in enumerate(keys) if g in marks]
         worst = tied_min(v)
         colors = [WORST if i in worst else ROBUST for i in range(len(v))]
         x = np.arange(len(v))
-        ax.bar(x, v, 0.75, color=colors, yerr=_err(v, lo, hi), capsize=1.5 if len(v) <= 30 else 0,
-               error_kw={"lw": 0.7, "ecolor": "#333333"})
+        bars = ax.bar(x, v, 0.75, color=colors, yerr=_err(v, lo, hi), capsize=1.5 if len(v) <= 30 else 0,
+                      error_kw={"lw": 0.7, "ecolor": "#333333"})
+        for i in flag:  # the bar's own colour, pale (red still the worst), hatched purple
+            bars[i].set_facecolor(_pale(colors[i]))
+            bars[i].set_edgecolor(FLAGGED)
+            bars[i].set_hatch("///")
+            bars[i].set_gid(f"flagged:{keys[i]}")
+        corr = [(i, marks[keys[i]]) for i in flag if marks[keys[i]] is not None]
+        if corr:
+            cv = np.array([100 * c[0] for _, c in corr])
+            ax.errorbar([i + 0.18 for i, _ in corr], cv, yerr=_err(cv, np.array([100 * c[1] for _, c in corr]),
+                                                                   np.array([100 * c[2] for _, c in corr])),
+                        fmt="D", ms=6.5, color=FLAGGED, mec="white", mew=0.8, ecolor=FLAGGED, elinewidth=1.8,
+                        capsize=3, zorder=6, gid="corrected")  # beside the bar's own interval, not on it
+        any_flag, any_corrected = any_flag or bool(flag), any_corrected or bool(corr)
         avg = 100 * rep.overall["rob_acc"]
         ax.axhline(avg, color=AVG, ls="--", lw=1.1)
         ax.text(len(v) - 0.5, avg + 1.5, f"average {avg:.1f}%", ha="right", va="bottom", fontsize=8,
                 bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 1})
         wtxt = ", ".join(names[i] for i in worst[:3]) + (f" and {len(worst) - 3} more" if len(worst) > 3 else "")
-        ax.set_title(f"{label}: worst {v[worst[0]]:.1f}% [{lo[worst[0]]:.1f}, {hi[worst[0]]:.1f}] ({wtxt})"
-                     if worst else label, fontsize=9.5, loc="left")
+        title = (f"{label}: worst {v[worst[0]]:.1f}% [{lo[worst[0]]:.1f}, {hi[worst[0]]:.1f}] ({wtxt})"
+                 if worst else label)
+        if flag:
+            title += f"; probe flags {len(flag)}: " + ", ".join(names[i] for i in flag[:3]) + (" ..." if len(flag) > 3 else "")
+        ax.set_title(title, fontsize=9.5, loc="left")
         ax.set_ylim(0, 105)
         ax.set_xlim(-0.6, len(v) - 0.4)
         ax.grid(axis="y", alpha=0.3)
-        if len(names) > 40:  # 100 names do not fit: name the 20 weakest, the heatmap has them all
-            _tick_style(ax, [n if i < 20 else "" for i, n in enumerate(names)], worst)
+        shown = [f"{n} !" if i in flag else n for i, n in enumerate(names)]
+        if len(names) > 40:  # 100 names do not fit: name the 20 weakest (and every flagged one), the heatmap has them all
+            _tick_style(ax, [n if i < 20 or i in flag else "" for i, n in enumerate(shown)], worst)
             ax.tick_params(axis="x", labelsize=7)
         else:
-            _tick_style(ax, names, worst)
+            _tick_style(ax, shown, worst)
+        for i in flag:
+            ax.get_xticklabels()[i].set_color(FLAGGED)
+            ax.get_xticklabels()[i].set_fontweight("bold")
     for ax in axes[:, 0]:
         ax.set_ylabel("robust accuracy (%)")
+    if any_flag:
+        from matplotlib.lines import Line2D  # lazy: start-up time (matplotlib: ~0.4 s)
+        from matplotlib.patches import Patch  # lazy: start-up time (matplotlib: ~0.4 s)
+
+        handles = [Patch(fc=_pale(ROBUST), ec=FLAGGED, hatch="///", label="! flagged by the reliability probe: the "
+                         "audit's number, overstated")]
+        if any_corrected:
+            handles.append(Line2D([], [], color=FLAGGED, marker="D", ms=6.5, mec="white", ls="-", lw=1.8,
+                                  label="AutoAttack-corrected estimate, 95% interval"))
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
     return fig
 

@@ -96,6 +96,9 @@ class Table:
     note: str = ""
     emph: list[list[bool]] = field(default_factory=list)
     good: list[list[bool]] = field(default_factory=list)
+    #: how the page lays it out: "" (cells on one line, ``value [lo, hi]`` split over two), "text"
+    #: (sentences: cells wrap, nothing split), "narrow" (many columns: headers wrap)
+    layout: str = ""
 
     def __post_init__(self) -> None:
         if not self.emph:
@@ -444,7 +447,119 @@ def warnings_table(entries: list[RunEntry], extra: Sequence[str] = ()) -> Table 
     if not rows:
         return None
     return Table("warnings", "Sanity warnings", ["run", "warning"], rows, pd.DataFrame(rows, columns=["run", "warning"]),
-                 "From the audits (gradient masking checks, inconsistent reports) and from loading the runs.")
+                 "From the audits (gradient masking checks, inconsistent reports, the reliability probe) and from "
+                 "loading the runs.", layout="text")
+
+
+# ============================================================================== the reliability probe, per run
+def _count(v: Any) -> str:
+    return "-" if v is None else f"{int(v):,}"
+
+
+def _probe_table(key: str, title: str, columns: Sequence[tuple[str, str, Any]], rows: dict[str, dict[str, Any]],
+                 note: str) -> Table:
+    """One row per group of a probe record: ``columns`` are (field, header, format); a flagged
+    group's name and flag are highlighted; the CSV keeps the record's numbers."""
+    shown, emph, records = [], [], []
+    for g, r in rows.items():
+        flagged = bool(r.get("flagged"))
+        shown.append([str(g)] + [fmt(r) for _, _, fmt in columns])
+        emph.append([flagged] + [flagged and f in ("flagged", "corrected_robust_acc", "overstatement") for f, _, _ in columns])
+        records.append({"group": str(g), **{f: r.get(f) for f, _, _ in columns if f in r}})
+    return Table(key, title, ["group"] + [h for _, h, _ in columns], shown, pd.DataFrame(records), note, emph,
+                 layout="narrow")
+
+
+def _flag_cell(r: dict[str, Any]) -> str:
+    return "yes" if r.get("flagged") else ""
+
+
+def _corrected(r: dict[str, Any]) -> str:
+    return with_ci(r.get("corrected_robust_acc"), r.get("corrected_lo"), r.get("corrected_hi"))
+
+
+def probe_tables(rec: dict[str, Any] | None) -> list[Table]:
+    """The reliability probe's per-group tables of one run (``AuditReport.probe``): the sampled
+    probe's counts per stage, estimate, bounds and corrected robust accuracy; with AutoAttack in the
+    audit, one table per weaker attack with its exact overstatement; an older record's per-group
+    tests as it has them. Empty without a record or when it was skipped."""
+    if not isinstance(rec, dict) or "skipped" in rec or not isinstance(rec.get("per_group", rec.get("per_attack")), dict):
+        return []
+    pts = lambda f: (lambda r: pct(r.get(f)))  # noqa: E731
+    num = lambda f: (lambda r: _count(r.get(f)))  # noqa: E731
+    alpha = rec.get("alpha")
+    level = f"{100 * (1 - alpha):.0f}%" if isinstance(alpha, (int, float)) else "95%"
+    tol = pct(rec.get("tolerance"))
+    if rec.get("design") == "in-audit":
+        ref = str(rec.get("attack", "autoattack"))
+        out = []
+        for atk, a in rec.get("per_attack", {}).items():
+            cols = [("n", "n", num("n")), ("robust_acc", f"robust % ({atk} alone)", pts("robust_acc")),
+                    ("autoattack_robust_acc", f"robust % ({ref})", pts("autoattack_robust_acc")),
+                    ("only_autoattack_fools", f"fooled by {ref} only", num("only_autoattack_fools")),
+                    ("only_attack_fools", f"fooled by {atk} only", num("only_attack_fools")),
+                    ("overstatement", "overstated by (points)", pts("overstatement")),
+                    ("corrected_robust_acc", "robust under both %", pts("corrected_robust_acc")),
+                    ("flagged", "flagged", _flag_cell)]
+            out.append(_probe_table(f"probe-{atk}", f"reliability probe: {atk} alone against {ref} (exact, the same samples)",
+                                    cols, a.get("per_group", {}),
+                                    f"{ref} is among the audit's attacks, so the audit's worst case is {ref}'s; this is how "
+                                    f"much {atk} alone overstates each group's robust accuracy: the share of the group's "
+                                    f"samples robust under {atk} but fooled by {ref}, counted, not estimated. Flagged: "
+                                    f"above the tolerance of {tol} points."))
+        return out
+    rows = rec["per_group"]
+    if rec.get("design") != "sampled":  # the older record: per-group exact tests, Holm-adjusted
+        known = [("n", "n", num("n")), ("robust_acc", "robust % (audit, probed samples)", pts("robust_acc")),
+                 ("autoattack_robust_acc", "robust % (AutoAttack)", pts("autoattack_robust_acc")),
+                 ("overstatement", "overstated by (points)", pts("overstatement")),
+                 ("only_autoattack_fools", "fooled by AutoAttack only", num("only_autoattack_fools")),
+                 ("only_audit_fools", "fooled by the audit only", num("only_audit_fools")),
+                 ("p", "p", lambda r: f"{r['p']:.2g}" if isinstance(r.get("p"), (int, float)) else "-"),
+                 ("p_holm", "p (Holm)", lambda r: f"{r['p_holm']:.2g}" if isinstance(r.get("p_holm"), (int, float)) else "-")]
+        first = next(iter(rows.values()), {})
+        cols = [c for c in known if c[0] in first]
+        flagged = set(rec.get("flagged_groups") or [])
+        rows = {g: {**r, "flagged": g in flagged} for g, r in rows.items()}
+        size = f" on up to {rec['per_group_max']} samples per group" if "per_group_max" in rec else ""
+        return [_probe_table("probe", "reliability probe per group (an older audit.json)", cols + [("flagged", "flagged", _flag_cell)],
+                             rows, f"Written by an earlier robfair: official AutoAttack{size}, compared sample by sample "
+                                   "with the audit (exact one-sided McNemar test per group, Holm-adjusted; flagged at "
+                                   f"p (Holm) < {alpha if isinstance(alpha, (int, float)) else 0.05:g}). Percent on the "
+                                   "probed samples.")]
+    stages = rec.get("stages") or {}
+    name = lambda a: str(a).capitalize() if str(a) == "square" else str(a).upper()  # noqa: E731 - APGD-CE, FAB-T, Square
+    first = " + ".join(map(name, stages.get("first") or ["apgd-ce"]))
+    rest = " + ".join(map(name, stages.get("rest") or [])) or "the rest of AutoAttack"
+    partial = any(r.get("robust") and not r.get("rest_covered") for r in rows.values())
+    cols = [("n", "n", num("n")), ("robust_acc", "robust % (audit)", pts("robust_acc")),
+            ("robust", "audit-robust", num("robust")),
+            ("first_attacked", f"{first} attacked", num("first_attacked")),
+            ("first_fooled", f"{first} fooled", num("first_fooled")),
+            ("rest_attacked", "later stages attacked", num("rest_attacked")),
+            ("rest_fooled", "later stages fooled", num("rest_fooled")),
+            ("overstatement", "overstated by (points)", pts("overstatement")),
+            ("lower", "at least", pts("lower")), ("upper", "at most", pts("upper"))]
+    if partial:
+        cols.append(("upper_first", f"at most, against {first}",
+                     lambda r: pct(r.get("upper_first")) if r.get("robust") and not r.get("rest_covered") else "-"))
+    cols += [("corrected_robust_acc", f"corrected robust % [{level}]", _corrected), ("flagged", "flagged", _flag_cell)]
+    cost = rec.get("cost") or {}
+    spent = (f" It spent {_count(cost.get('probe_units'))} passes through the model against the audit's attacks' "
+             f"{_count(cost.get('audit_units'))} ({cost['ratio']:.2g}x; budget {rec.get('budget', '-')}) in "
+             f"{len(rec.get('rounds') or [])} rounds." if isinstance(cost.get("ratio"), (int, float)) else "")
+    label = " + ".join(rec.get("compared_with") or []) or "the audit's attacks"
+    return [_probe_table("probe", f"reliability probe per group: {label} against {rec.get('attack', 'AutoAttack')}", cols, rows,
+                         f"Official AutoAttack ({rec.get('attack', 'autoattack')}) on the samples {label} left robust (audit-robust), per "
+                         f"group in a seeded random order: {first} first, then the later stages ({rest}) on its "
+                         f"survivors. Overstated by: the estimated points of robust accuracy the audit claims beyond "
+                         f"AutoAttack's, with one-sided bounds (at least, at most; every statement about every group "
+                         f"holds at once with {level}); flagged when 'at least' exceeds the tolerance of {tol} points. "
+                         + (f"Where the later stages did not run, nothing bounds what they would find ('at most' is "
+                            f"then the audit-robust share); 'at most, against {first}' bounds what {first} alone "
+                            "finds. " if partial else "")
+                         + "Corrected robust %: the audit's minus the overstatement, with the interval the bounds give."
+                         + spent)]
 
 
 def paper_tables(entries: list[RunEntry], *, baseline: str | None = None, n_boot: int = 1000,
