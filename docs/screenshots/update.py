@@ -7,9 +7,13 @@
 2. a 100-class report: a seeded synthetic 100-class dataset (8x8 images, one Gaussian prototype per
    class, class-dependent noise, so classes differ in difficulty), a standard and a PGD-AT MLP trained
    with `robfair train`, the PGD-AT run re-audited with an eps sweep, then `robfair report`;
-3. each page opened in headless Chromium at 1400 px (robfair.report.browser): every image must be
+3. a report with a flagged class: the demo's PGD-AT model audited with FGSM alone, the reliability
+   probe at 30 times FGSM's compute (AutoAttack finds what FGSM missed), then `robfair report`;
+4. each page opened in headless Chromium at 1400 px (robfair.report.browser): every image must be
    decoded and no table may overflow, then `<name>.png` (the first screen, 1400 x 1800) and
-   `<name>-full.png` (the whole page at half scale) are written here.
+   `<name>-full.png` (the whole page at half scale) are written here; for the flagged report,
+   `report-probe-flagged.png` is the page's reliability-probe verdict and lead figure above the
+   run's probe table (two clips of the same page at full scale, stacked).
 
 Every number on the pages is measured by these runs; nothing is drawn from fixtures.
 """
@@ -17,6 +21,9 @@ Every number on the pages is measured by these runs; nothing is drawn from fixtu
 from __future__ import annotations
 
 import argparse
+import base64
+import io
+import json
 import subprocess
 import sys
 import tempfile
@@ -52,25 +59,59 @@ def hundred_classes(path: Path, seed: int = 0) -> Path:
     return path
 
 
+def checked(page, html: Path) -> dict:
+    """The page's check (robfair.report.browser): every image decoded, no table wider than its box."""
+    check = page.check()
+    broken = [i["alt"] for i in check["images"] if not i["complete"] or i["w"] == 0]
+    wide = [t["title"] for t in check["tables"] if t["width"] > t["containerWidth"] + 0.5]
+    if broken or wide or check["scrollWidth"] > 1400:
+        raise SystemExit(f"{html}: broken images {broken}, overflowing tables {wide}, page width {check['scrollWidth']}")
+    return check
+
+
 def shoot(html: Path, name: str) -> None:
     from robfair.report.browser import Browser
 
     with Browser() as b:
         page = b.open(html, width=1400, height=1800)
-        check = page.check()
-        broken = [i["alt"] for i in check["images"] if not i["complete"] or i["w"] == 0]
-        wide = [t["title"] for t in check["tables"] if t["width"] > t["containerWidth"] + 0.5]
-        if broken or wide or check["scrollWidth"] > 1400:
-            raise SystemExit(f"{html}: broken images {broken}, overflowing tables {wide}, page width {check['scrollWidth']}")
+        check = checked(page, html)
         page.screenshot(HERE / f"{name}.png", full_page=False)
         size = page.call("Page.getLayoutMetrics")["cssContentSize"]
         data = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {
             "x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 0.5}})["data"]
-        import base64
-
         (HERE / f"{name}-full.png").write_bytes(base64.b64decode(data))
         print(f"wrote {HERE / name}.png and {name}-full.png ({len(check['images'])} figures, "
               f"{len(check['tables'])} tables, page {size['height']:.0f} px)")
+
+
+def shoot_probe(html: Path, name: str) -> None:
+    """``<name>.png``: the top of the page down to the lead figure, then the first run's probe
+    verdict and per-group probe table, at full scale, one above the other."""
+    from PIL import Image
+
+    from robfair.report.browser import Browser
+
+    rect = ("(() => {{ const a = document.querySelector({0}), b = document.querySelector({1}); "
+            "const r = a.getBoundingClientRect(), s = b.getBoundingClientRect(); "
+            "return JSON.stringify({{y: r.top + window.scrollY - 12, h: s.bottom - r.top + 24}}); }})()")
+    parts = (('"header"', '"#figures figure"'),  # the title, the probe's verdict, the lead figure
+             ('"details .probe"', '"details section"'))  # the run's verdict and its probe table
+    with Browser() as b:
+        page = b.open(html, width=1400, height=1800)
+        checked(page, html)
+        shots = []
+        for first, last in parts:
+            box = json.loads(page.evaluate(rect.format(first, last)))
+            data = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {
+                "x": 0, "y": max(0, box["y"]), "width": 1400, "height": box["h"], "scale": 1}})["data"]
+            shots.append(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+    out = Image.new("RGB", (1400, sum(s.height for s in shots) + 16 * (len(shots) - 1)), "#d8dce3")
+    y = 0
+    for s in shots:
+        out.paste(s, (0, y))
+        y += s.height + 16
+    out.save(HERE / f"{name}.png", optimize=True)
+    print(f"wrote {HERE / name}.png ({out.width} x {out.height})")
 
 
 def main() -> None:
@@ -101,6 +142,14 @@ def main() -> None:
     robfair("report", runs, "--out", work / "c100-report.html", "--title",
             "100 classes (synthetic, seeded): standard vs PGD-AT MLP", "--bootstrap", "200", "--overwrite")
     shoot(work / "c100-report.html", "report-100-classes")
+
+    flagged = work / "pgd-at-audited-with-fgsm"
+    robfair("audit", "--model", demo / "at" / "checkpoints" / "best.pt", "--data", "digits", "--attack", "fgsm",
+            "--eps", "0.1", "--probe", "30", "--bootstrap", "200", "--out", flagged / "audit.json", "--overwrite")
+    robfair("report", flagged / "audit.json", "--out", work / "probe-report.html", "--title",
+            "The demo's PGD-AT model audited with FGSM alone: the reliability probe flags what FGSM overstates",
+            "--bootstrap", "200", "--overwrite")
+    shoot_probe(work / "probe-report.html", "report-probe-flagged")
 
 
 if __name__ == "__main__":
