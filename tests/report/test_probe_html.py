@@ -123,3 +123,14 @@ def test_older_and_skipped_records_still_render(flagged, tmp_path):
     assert t.columns[-3:] == ["p", "p (Holm)", "flagged"] and t.rows[0][-1] == "yes" and t.rows[1][-1] == ""
     quiet = _old_entry(flagged, {k: v for k, v in OLD.items() if k != "flagged_groups"}, [])
     assert rel.verdict_line(quiet.audit.probe).endswith("no group flagged") and rel.status(quiet.audit.probe) == rel.PASSED
+
+
+def test_autoattacks_own_flags_show_with_the_verdict_once(flagged, tmp_path):
+    flag = "autoattack: Square Attack has decreased the robust accuracy of 2.0%"
+    rep = AuditReport(flagged.reports, meta=flagged.meta, probe={**flagged.probe, "autoattack_flags": [flag]},
+                      warnings=[*flagged.warnings, f"[autoattack] {flag}", "possible gradient masking: x"])
+    html = _page(tmp_path, [RunEntry(name="m", audit=rep)])
+    top = html[html.index('<section id="probe"'):html.index('<section id="figures">')]
+    box = html[html.index('<section id="warnings">'):html.index('<h2 id="tables">')]
+    assert f"<li>AutoAttack's own check: {flag}</li>" in top and flag not in box
+    assert "possible gradient masking: x" in box and "1 sanity warning" in box
