@@ -134,6 +134,11 @@ def _pts(v: float) -> str:
     return f"{100 * v:.1f}"
 
 
+def _times(ratio: float) -> str:
+    """``0.41x``, ``1.6x``, ``32x``, ``1,250x``: a multiple, never in exponent notation."""
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
 def _label(attacks: Sequence[str]) -> str:
     return " + ".join(attacks) if attacks else "the audit"
 
@@ -172,7 +177,7 @@ def verdict(rec: dict[str, Any]) -> str:
     cost = rec["cost"]
     spend = (f"{o['first_attacked']} of {o['robust']} audit-robust samples through APGD-CE"
              + (f", {o['rest_attacked']} through the rest of AutoAttack" if o["rest_attacked"] else "")
-             + f"; {cost['ratio']:.2g}x the audit's attacks' compute")
+             + f"; {_times(cost['ratio'])} the audit's attacks' compute")
     if not o["robust"]:
         return f"reliability probe: nothing to check: no sample is robust under {label}{flags}"
     if not o["first_attacked"] and any(r["robust"] / max(r["n"], 1) > rec["tolerance"] for r in rows.values()):
