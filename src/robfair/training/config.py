@@ -11,6 +11,7 @@ Unknown keys and bad values raise a one-line :class:`~robfair.errors.ConfigError
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: keys that may change when a run is resumed (they do not change what is computed)
 RESUME_FREE_KEYS = ("resume", "device", "out")
+#: the final audit's keys: unset (None), a resumed run takes its recorded values and a new run the defaults
+FINAL_AUDIT_KEYS = ("probe", "probe_tolerance")
 #: the block a run folder's config.yaml carries besides the config (versions, commit, resolved device)
 RUN_INFO_KEY = "run_info"
 
@@ -88,6 +91,16 @@ class TrainConfig(BaseModel):
         "init", description="with init: reuse the init run's recorded validation split (init), or draw one from "
                             "seed / val_per_class (seed; refused if it holds the init run's training samples)")
 
+    # --- the final audit's reliability probe (robfair train --probe; a sweep sets them from its audit block)
+    probe: float | Literal["all"] | None = Field(
+        None, description="reliability probe budget of the final test audit: AutoAttack on the samples its attacks left "
+                          "robust, within this multiple of their compute (e.g. 1, 2x); 'all': every robust sample "
+                          "(exactly AutoAttack per class); 0: off; None: the run's recorded value on resume, else "
+                          "robfair's default (1), recorded when the run starts")
+    probe_tolerance: float | None = Field(
+        None, description="the overstatement a class may have before the probe flags it, a fraction (0.01 = 1 point; "
+                          "the CLI's --probe-tolerance takes points); None: as probe (default 0.01)")
+
     # --- bookkeeping
     seed: int = Field(0, ge=0)
     device: str = "auto"
@@ -114,6 +127,22 @@ class TrainConfig(BaseModel):
     def _parse_eps(cls, v: Any) -> float:
         try:
             return parse_eps(v, "eps")
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _parse_probe(cls, v: Any) -> float | str | None:
+        try:
+            return None if v is None else probe_budget(v)
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("probe_tolerance", mode="before")
+    @classmethod
+    def _parse_probe_tolerance(cls, v: Any) -> float | None:
+        try:
+            return None if v is None else probe_fraction(v)
         except RobfairError as e:
             raise ValueError(str(e)) from None
 
@@ -173,6 +202,16 @@ class TrainConfig(BaseModel):
             return [m * self.epochs if m < 1 else float(m) for m in self.milestones]
         return [0.5 * self.epochs, 0.75 * self.epochs]
 
+    def resolve_final_audit(self, recorded: "TrainConfig | None" = None) -> None:
+        """Fill the final audit's unset keys (``probe``, ``probe_tolerance``) in place: from
+        ``recorded`` (the config of the run being resumed, so the resumed run audits as it was set
+        up to) where it has them, else with robfair's defaults (a new run records what it uses)."""
+        for key in FINAL_AUDIT_KEYS:
+            if getattr(self, key) is None and recorded is not None:
+                setattr(self, key, getattr(recorded, key))
+        self.probe = probe_budget(self.probe)
+        self.probe_tolerance = probe_fraction(self.probe_tolerance)
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -187,6 +226,24 @@ class TrainConfig(BaseModel):
         """Keys whose values differ from ``other`` (except ``ignore``)."""
         a, b = self.to_dict(), other.to_dict()
         return [k for k in a if k not in ignore and a[k] != b.get(k)]
+
+
+def probe_budget(value: Any, what: str = "probe") -> float | str:
+    """A reliability probe budget as a config file stores it (:func:`robfair.audit.probe.parse_budget`
+    reads every form: None the default, a multiple ``2`` / ``"2x"``, ``0`` / ``"off"``, ``"all"``): a
+    float multiple, or ``"all"``. A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
+    from ..audit.probe import parse_budget  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+    budget = parse_budget(value, what)
+    return "all" if math.isinf(budget) else budget
+
+
+def probe_fraction(value: Any, what: str = "probe tolerance") -> float:
+    """The probe's tolerance, a fraction (:func:`robfair.audit.probe.parse_tolerance`; None the
+    default, 0.01 = 1 point). A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
+    from ..audit.probe import parse_tolerance  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+    return parse_tolerance(value, what)
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:

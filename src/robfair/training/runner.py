@@ -2,8 +2,8 @@
 
     from robfair.training import TrainConfig, train
     result = train(TrainConfig(data="digits", model="smallcnn", method="pgd-at", eps="0.1",
-                               epochs=10, out="runs/pgd-at"))
-    result.best_model, result.history[-1]["val"]["summary"]
+                               epochs=10, out="runs/pgd-at", probe="2x"), final_audit=["pgd20"])
+    result.best_model, result.history[-1]["val"]["summary"], result.audit.probe["verdict"]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from ..audit import audit
 from ..data import load_dataset, stratified_split
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
@@ -121,14 +122,55 @@ def build_model(cfg: TrainConfig, num_classes: int, in_shape: tuple[int, int, in
     return model
 
 
+def audit_hook(cfg: TrainConfig, attacks: Sequence[str], *, progress: Callable[[str, int, int], None] | None = None,
+               **options: Any) -> Callable[[nn.Module, Any], Any]:
+    """The standard final audit of a run, as a ``final_audit(best_model, test)`` hook:
+    :func:`robfair.audit` under ``attacks`` at the run's ``eps``, ``seed``, ``device``, ``precision``
+    and memory format, with the config's reliability probe, ``probe=cfg.probe`` (a budget: a
+    multiple of the audit's attacks' compute, default 1; ``"all"``: every robust sample; 0: off)
+    and ``probe_tolerance=cfg.probe_tolerance``, read when the audit runs (the trainer fills them
+    in: a resumed run's recorded ones, else the defaults). ``progress(stage, done, total)`` gets the
+    audit's progress (its batches, stage ``"audit"``, then :data:`robfair.audit.probe.PROGRESS_STAGE`
+    in units); ``options`` are further arguments of :func:`robfair.audit` (``batch_size=`` ...)."""
+    attacks = list(attacks)
+
+    def final_audit(model: nn.Module, test: Any) -> Any:
+        kwargs: dict[str, Any] = dict(eps=cfg.eps, seed=cfg.seed, device=cfg.device, precision=cfg.precision,
+                                      channels_last=cfg.channels_last, probe=cfg.probe,
+                                      probe_tolerance=cfg.probe_tolerance, progress=progress)
+        return audit(model, test, attacks=attacks, **{**kwargs, **options})
+
+    return final_audit
+
+
+def _audit_progress(callbacks: Sequence[Any]) -> Callable[[str, int, int], None]:
+    """The final audit's progress, to every callback's ``on_audit_progress(stage, done, total)``."""
+    hooks = [cb.on_audit_progress for cb in callbacks if getattr(cb, "on_audit_progress", None) is not None]
+
+    def progress(stage: str, done: int, total: int) -> None:
+        for hook in hooks:
+            hook(stage, done, total)
+
+    return progress
+
+
 def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
-          final_audit: Callable[[nn.Module, Any], Any] | None = None,
+          final_audit: Callable[[nn.Module, Any], Any] | Sequence[str] | str | None = None,
           train_data: Any = None, test_data: Any = None) -> RunResult:
     """Run one training config end to end and return the :class:`RunResult`.
 
     ``train_data`` / ``test_data`` override loading ``cfg.data`` (splits "train" / "test"). The test
-    split is only loaded when ``final_audit`` is given: ``final_audit(best_model, test)`` runs after
-    training and its result lands in ``audit.json``."""
+    split is only loaded when ``final_audit`` is given; it runs after training on the selected
+    model and its result lands in ``audit.json`` (``result.audit``). ``final_audit`` is either
+    attack names (``["pgd20"]``): the standard audit (:func:`audit_hook`) with the config's
+    reliability probe, ``cfg.probe`` (budget: a multiple of the audit's attacks' compute, default
+    1; ``"all"``; 0 off) and ``cfg.probe_tolerance``, its progress going to the callbacks'
+    ``on_audit_progress``; or a callable ``final_audit(best_model, test)`` of your own (it then
+    decides the probe: pass ``probe=cfg.probe`` to :func:`robfair.audit` to keep the config's)."""
+    if isinstance(final_audit, str):
+        final_audit = [final_audit]
+    if final_audit is not None and not callable(final_audit):
+        final_audit = audit_hook(cfg, final_audit, progress=_audit_progress(callbacks))
     seed_everything(cfg.seed)
     data_spec = cfg.data
     if train_data is None:

@@ -80,6 +80,9 @@ class Callback:
     def on_val_start(self, epoch: int, num_batches: int) -> None: ...
     def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None: ...
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None: ...
+    #: the final audit's progress (``robfair.training.train(final_audit=[attacks])``): its batches
+    #: (stage ``"audit"``), then the reliability probe (:data:`robfair.audit.probe.PROGRESS_STAGE`, in units)
+    def on_audit_progress(self, stage: str, done: int, total: int) -> None: ...
     def on_train_end(self, result: "RunResult") -> None: ...
 
 
@@ -112,7 +115,9 @@ class Trainer:
     ``model`` comes from ``robfair.models.create`` (checkpoints rebuild it from its spec). ``train``,
     ``val`` and ``test`` are ``robfair.data.Dataset``; ``val=None`` trains without validation
     (``cfg.select`` must then be ``last``). ``final_audit(best_model, test)`` runs after training
-    when both are given; its result (``.to_json()`` or a dict) is saved as ``audit.json``.
+    when both are given; its result (``.to_json()`` or a dict) is saved as ``audit.json``. The final
+    audit's keys of ``cfg`` left unset (``probe``, ``probe_tolerance``: None) are filled in place when
+    the run starts: a resumed run's recorded values, else the defaults (config.yaml records them).
     ``callbacks``: :class:`Callback` objects for progress display."""
 
     def __init__(self, model: nn.Module, train: Any, val: Any = None, method: Method | None = None,
@@ -221,6 +226,7 @@ class Trainer:
         if self.run_dir is None:
             if self.cfg.resume:
                 raise ConfigError("resume needs a run folder; set out to the folder of the run to continue")
+            self.cfg.resolve_final_audit()
             return
         assert self.run is not None
         last = self.run.last
@@ -232,6 +238,8 @@ class Trainer:
         elif not self.cfg.resume and self.run.finished_an_epoch():  # as the CLI's output guard (safeio) judges it
             raise ConfigError(f"run folder {self.run_dir} already holds a run; pass resume to continue it "
                               "or choose another out folder")
+        else:
+            self.cfg.resolve_final_audit()  # config.yaml records the probe the final audit runs with
         D.barrier(self.dist)  # every rank has checked the folder before rank 0 writes to it
         if self.folder is not None:
             self.folder.prepare()
@@ -269,6 +277,8 @@ class Trainer:
         if not state:
             raise ConfigError(f"{path} holds no training state; it cannot be resumed - start a new run")
         saved = TrainConfig(**state["config"])
+        self.cfg.resolve_final_audit(saved)  # the final audit's unset keys: the run's own
+        saved.resolve_final_audit()  # a run recorded before they existed: the defaults
         diff = self.cfg.differences(saved)
         if diff:
             a, b = saved.to_dict(), self.cfg.to_dict()
