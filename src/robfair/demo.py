@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .audit import AuditReport, audit
+from .audit import AuditReport
 from .data import load_dataset
 from .report.plots import classwise_bars
 from .runfolder import AUDIT_FILE
@@ -23,12 +23,6 @@ from .training import TrainConfig, train
 from .utils import write_json
 
 DEMO_ATTACKS = ("fgsm", "pgd20")
-#: the reliability probe's size in the demo: AutoAttack on 2 test images per class of the PGD-AT model
-#: (its robustness is the claim to check; the standard model is not probed). AutoAttack's cost on
-#: this small CNN is mostly fixed (thousands of sequential attack iterations); measured on the shared
-#: 2-core machine, 1 thread, CPU time of the PGD-AT audit: 1.5 s without the probe, 29 s with 1
-#: image per class, 30 s with 2, 49 s with 5 (the demo itself: 113 s without any probe).
-DEMO_PROBE = {"standard": 0, "pgd-at": 2}
 
 #: (run name, label, method) of the demo's models.
 DEMO_RUNS = (("st", "standard", "standard"), ("at", "pgd-at", "pgd-at"))
@@ -65,42 +59,43 @@ class _ProgressCallback:
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
         self._report("epochs", epoch + 1, self.epochs)
 
+    def on_audit_progress(self, stage: str, done: int, total: int) -> None:
+        self._report("audit" if stage == "audit" else f"audit: {stage}", done, total)
+
     def _report(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
             self.progress(f"{self.label}: {stage}", done, total)
 
 
-def demo_config(name: str, method: str, *, out: Path, eps: float, epochs: int, seed: int, device: str):
-    """The training config of one demo run (also written to its config.yaml)."""
+def demo_config(name: str, method: str, *, out: Path, eps: float, epochs: int, seed: int, device: str,
+                probe: float | str | None = None, probe_tolerance: float | None = None):
+    """The training config of one demo run (also written to its config.yaml, the probe of its audit included)."""
     return TrainConfig(
         data="digits", model="smallcnn", method=method, eps=eps, epochs=epochs, batch_size=64,
         optimizer="adam", lr=2e-3, weight_decay=0.0, schedule="cosine", val_per_class=0.1,
         val_attack="pgd10", select="avg+worst", seed=seed, device=device, out=str(out / name),
+        probe=probe, probe_tolerance=probe_tolerance,
     )
 
 
 def run_demo(out: str | Path = "runs/demo", *, eps: float = 0.1, epochs: int = 30, seed: int = 0,
              device: str = "auto", progress: Callable[[str, int, int], None] | None = None,
-             probe: int | None = None) -> DemoResult:
+             probe: float | str | None = None, probe_tolerance: float | None = None) -> DemoResult:
     """Train ``standard`` and ``pgd-at`` small CNNs on digits, audit both on the test split with
     FGSM and PGD-20 at the training ``eps``, write the run folders, audit.json and the bar chart.
-    ``probe``: the reliability probe's size per class for both models (default :data:`DEMO_PROBE`)."""
+    ``probe``: the reliability probe's budget in both audits, as :func:`robfair.audit` takes it
+    (a multiple of the audit's attacks' compute, default 1; ``"all"``: every robust sample through
+    AutoAttack; 0: off); ``probe_tolerance`` a fraction (default 0.01, 1 point)."""
     t0 = time.perf_counter()
     out = Path(out)
     test = load_dataset("digits", split="test")
 
-    def audit_with(probe_n: int):
-        def final_audit(model, data):
-            return audit(model, data, attacks=list(DEMO_ATTACKS), eps=eps, seed=seed, device=device, probe=probe_n,
-                         progress=(lambda s, d, t: progress(f"audit: {s}", d, t)) if progress else None)
-
-        return final_audit
-
     reports: dict[str, AuditReport] = {}
     for name, label, method in DEMO_RUNS:
-        final_audit = audit_with(DEMO_PROBE.get(label, 0) if probe is None else probe)
-        cfg = demo_config(name, method, out=out, eps=eps, epochs=epochs, seed=seed, device=device)
-        result = train(cfg, callbacks=[_ProgressCallback(label, progress)], final_audit=final_audit, test_data=test)
+        cfg = demo_config(name, method, out=out, eps=eps, epochs=epochs, seed=seed, device=device, probe=probe,
+                          probe_tolerance=probe_tolerance)
+        result = train(cfg, callbacks=[_ProgressCallback(label, progress)], final_audit=list(DEMO_ATTACKS),
+                       test_data=test)
         rep = result.audit
         rep.meta["checkpoint"] = str(result.best_path)
         reports[label] = rep

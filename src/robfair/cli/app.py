@@ -214,6 +214,29 @@ STD_OPTION = typer.Option(None, "--std", help="Per-channel std (or a preset); wi
 CLASS_MAP_OPTION = typer.Option(None, "--class-map", help="State the model's class order: 'model' (its stored "
                                 "names), DATA=MODEL renames, the names in output order, or a .json/.yaml file (default: none, names must match).")
 
+#: --probe / --probe-tolerance: the same meaning wherever an audit runs (audit, train, demo, leaderboard)
+PROBE_HELP = ("Reliability probe budget: AutoAttack on the samples the attacks left robust, within B times the "
+              "audit's attacks' compute (default {default}; 'all': every robust sample, exactly AutoAttack per class; "
+              "0: off)")
+PROBE_TOLERANCE_HELP = ("The probe flags a class whose robust accuracy it shows overstated by more than POINTS "
+                        "(95%, every statement at once) (default {default}).")
+PROBE_OPTION = typer.Option(None, "--probe", metavar="B", help=PROBE_HELP.format(default="1") + ".")
+PROBE_TOLERANCE_OPTION = typer.Option(None, "--probe-tolerance", metavar="POINTS",
+                                      help=PROBE_TOLERANCE_HELP.format(default="1"))
+
+
+def probe_options(probe: Optional[str], probe_tolerance: Optional[float]) -> tuple:
+    """``--probe`` and ``--probe-tolerance``, checked before anything is computed: the budget
+    (:func:`robfair.audit.probe.parse_budget`: a multiple, ``all`` = ``inf``, ``0`` off) and the
+    tolerance as a fraction (the option takes points); None where the option was not given."""
+    from ..audit.probe import parse_budget
+
+    budget = None if probe is None else parse_budget(probe, "--probe")
+    if probe_tolerance is not None and not 0 <= probe_tolerance < 100:
+        raise ConfigError(f"--probe-tolerance must be points of robust accuracy in [0, 100) (e.g. 1, 0.5), got "
+                          f"{probe_tolerance:g}")
+    return budget, None if probe_tolerance is None else probe_tolerance / 100
+
 
 @app.command()
 def audit(
@@ -249,8 +272,8 @@ def audit(
                                             "vs eps per group (one pass; Wilson intervals; shown by `robfair report`)  \\[default: no sweep]"),
     distances: bool = typer.Option(False, "--distances", help="Distance of each sample to the decision boundary, "
                                    "summarized per group (exact for linear models, else bisection with the first attack)."),
-    probe: Optional[int] = typer.Option(None, "--probe", min=0, help="Reliability probe: official AutoAttack on up to N "
-                                        "samples per group, compared with the attacks (default 20; 0 disables)."),
+    probe: Optional[str] = PROBE_OPTION,
+    probe_tolerance: Optional[float] = PROBE_TOLERANCE_OPTION,
     examples: int = typer.Option(8, "--examples", min=0, help="With --out: keep N samples of the weakest class as "
                                  "clean / adversarial images for `robfair report` (examples.npz; their batches are "
                                  "attacked once more; 0: none)."),
@@ -304,7 +327,8 @@ def quiet_rank(info) -> None:
 
 def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, split, attack, eps, batch_size, device,
            seed, early_exit, precision, channels_last, bootstrap, out, plot, overwrite, allow_large_eps, groups,
-           eps_sweep, distances, probe, examples, autoattack_state=None, dist=None, rank_device=None) -> None:
+           eps_sweep, distances, probe, probe_tolerance, examples, autoattack_state=None, dist=None,
+           rank_device=None) -> None:
     from ..audit import audit as run_audit
     from ..attacks.autoattack import state_file
     from ..audit.distributed import run_on_every_rank
@@ -317,6 +341,7 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
     from ..utils import check_image_eps, resolve_device
 
     main_rank = dist is None or dist.is_main
+    probe, probe_tolerance = probe_options(probe, probe_tolerance)  # the same on every rank
 
     def prepare():
         # everything that can be refused is refused before the first batch (on every rank): outputs, device, numbers
@@ -352,8 +377,8 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
     with _progress() as p, state_file(state_path):
         rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=run_device, seed=seed,
                         early_exit=early_exit, precision=precision, channels_last=channels_last, probe=probe,
-                        progress=_Bars(p) if main_rank else None, classes=ds.classes, dist=dist,
-                        examples=examples if out_path is not None and main_rank else 0)
+                        probe_tolerance=probe_tolerance, progress=_Bars(p) if main_rank else None,
+                        classes=ds.classes, dist=dist, examples=examples if out_path is not None and main_rank else 0)
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
@@ -632,8 +657,9 @@ def demo(
     seed: int = typer.Option(0, min=0, max=MAX_SEED),
     device: str = typer.Option("auto"),
     allow_large_eps: bool = typer.Option(False, "--allow-large-eps", help="Accept an L-inf eps above 1."),
-    probe: Optional[int] = typer.Option(None, "--probe", min=0, help="Reliability probe per class for both models "
-                                        "(0 disables)  \\[default: 2 for the PGD-AT model only]"),
+    probe: Optional[str] = typer.Option(None, "--probe", metavar="B", help=PROBE_HELP.format(default="1") +
+                                        ", for both models' audits."),
+    probe_tolerance: Optional[float] = PROBE_TOLERANCE_OPTION,
 ) -> None:
     """Train a standard and a PGD-AT model on digits, audit both, show the class-wise gap."""
     from ..demo import run_demo
@@ -643,9 +669,11 @@ def demo(
     check_output_dir(out, fix="choose another --out (or delete the old demo first)")
     resolve_device(device)
     eps_value = check_image_eps(parse_eps(eps), ("pgd", "fgsm"), allow_large=allow_large_eps)
+    budget, tolerance = probe_options(probe, probe_tolerance)
     with printed_warnings():
         with _progress() as p:
-            result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p), probe=probe)
+            result = run_demo(out, eps=eps_value, epochs=epochs, seed=seed, device=device, progress=_Bars(p),
+                              probe=budget, probe_tolerance=tolerance)
         print_demo(console, result)
 
 

@@ -11,8 +11,9 @@ from rich.table import Table as RichTable
 from ..errors import ConfigError
 from ..inert import term
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
-from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, STD_OPTION, _Bars,
-                  _check_classes, _display_label, _parse_stats, _progress, app, console, load_model_arg, printed_warnings)
+from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP,
+                  PROBE_TOLERANCE_OPTION, STD_OPTION, _Bars, _check_classes, _display_label, _parse_stats, _progress, app,
+                  console, load_model_arg, printed_warnings, probe_options)
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -63,6 +64,9 @@ def leaderboard(
     batch_size: int = typer.Option(256, min=1),
     device: str = typer.Option("auto"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds the attacks' random starts (the same for every model)."),
+    probe: Optional[str] = typer.Option(None, "--probe", metavar="B", help=PROBE_HELP.format(default="1") +
+                                        ", in each model's audit."),
+    probe_tolerance: Optional[float] = PROBE_TOLERANCE_OPTION,
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Embed figures (bars, confusion, Pareto)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:
@@ -85,6 +89,7 @@ def leaderboard(
     resolve_device(device)
     eps_value = parse_eps(eps)
     check_image_eps(eps_value, attack)
+    budget, tolerance = probe_options(probe, probe_tolerance)
     base = load_dataset(data, split=split, groups=groups)
     loaded = []
     for m in models:  # load (and check) every model before the first attack runs
@@ -100,7 +105,8 @@ def leaderboard(
     for label, (m, net, meta, ds) in zip(_unique([_display_label(m) for m in models]), loaded):
         with _progress() as p, printed_warnings():  # its warnings are printed below, not logged as well
             rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
-                            progress=_Bars(p, prefix=f"{label}: "), classes=ds.classes)
+                            probe=budget, probe_tolerance=tolerance, progress=_Bars(p, prefix=f"{label}: "),
+                            classes=ds.classes)
         rep.meta["checkpoint"] = m
         rep.meta["model_source"] = meta.get("source")
         entries.append(RunEntry(name=label, audit=rep, config={"data": data, "model": meta.get("source", ""),

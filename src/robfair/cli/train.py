@@ -12,7 +12,8 @@ from rich.markup import escape
 from ..errors import ConfigError
 from ..inert import term
 from ..safeio import yaml_loads
-from .app import _Bars, _progress, app, console, err_console, printed_warnings
+from .app import (PROBE_HELP, PROBE_TOLERANCE_HELP, _Bars, _progress, app, console, err_console, printed_warnings,
+                  probe_options)
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -63,6 +64,9 @@ class _TrainBars:
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
         self.bars("epochs", epoch + 1, self.epochs)
         console.print(epoch_line(epoch, record, getattr(self, "cfg", None)), highlight=False, soft_wrap=True)
+
+    def on_audit_progress(self, stage: str, done: int, total: int) -> None:
+        self.bars("final audit" if stage == "audit" else f"final audit: {stage}", done, total)
 
 
 def epoch_line(epoch: int, record: dict[str, Any], cfg: Any) -> str:
@@ -134,6 +138,11 @@ def train(
                                   "`robfair methods NAME` lists a method's options  \\[default: the config's method_options, else the method's defaults]"),
     set_: List[str] = typer.Option([], "--set", help="Any config key KEY=VALUE (repeat), e.g. --set val_per_class=300  \\[default: none]"),
     audit_attack: List[str] = typer.Option(["pgd20"], "--audit-attack", help="Attacks of the final test audit (repeat); 'none' to skip."),
+    probe: Optional[str] = typer.Option(None, "--probe", metavar="B", help=PROBE_HELP.format(
+        default="the config file's probe; with --resume the run's; else 1") + ", in the final test audit; recorded "
+        "in config.yaml."),
+    probe_tolerance: Optional[float] = typer.Option(None, "--probe-tolerance", metavar="POINTS", help=PROBE_TOLERANCE_HELP.format(
+        default="the config file's, where probe_tolerance: 0.01 is 1 point; with --resume the run's; else 1")),
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute of the data (utkface race/gender/age, "
                                          "celeba an attribute, imagefolder a groups.csv column); stored in the data spec  \\[default: none, groups are the classes]"),
     # deprecated aliases of --opt (method options live with the method: `robfair methods NAME`); hidden from --help
@@ -146,9 +155,11 @@ def train(
     from ..training import load_config
     from ..training import train as run_training
 
+    budget, tolerance = probe_options(probe, probe_tolerance)  # the final audit's, recorded in config.yaml
     overrides: dict[str, Any] = dict(data=data, model=model, method=method, eps=eps, epochs=epochs, batch_size=batch_size,
                                      lr=lr, seed=seed, device=device, precision=precision, channels_last=channels_last,
-                                     init=init, out=str(out) if out is not None else None, resume=resume or None)
+                                     init=init, out=str(out) if out is not None else None, resume=resume or None,
+                                     probe=budget, probe_tolerance=tolerance)
     overrides.update(_kv(set_, "--set"))
     flags = {k: v for k, v in (("fairness", fairness), ("lam", lam), ("dual_step", dual_step)) if v is not None}
     if groups is not None:
@@ -172,23 +183,18 @@ def train(
     check_image_eps(cfg.eps, [a for a in (cfg.attack, cfg.val_attack) if a and a.lower() != "none"],
                     allow_large=allow_large_eps)
 
-    final_audit = None
     attacks = [a for a in audit_attack if a.lower() != "none"]
     if attacks:
         from ..attacks import get_attack
-        from ..audit import audit
 
         for a in attacks:  # fail on a bad name now, not after hours of training
             get_attack(a)
 
-        def final_audit(m, test):  # noqa: F811
-            return audit(m, test, attacks=attacks, eps=cfg.eps, seed=cfg.seed, device=cfg.device,
-                         precision=cfg.precision, channels_last=cfg.channels_last, progress=bars)
-
+    # the final audit: robfair.audit with the config's probe (cfg.probe, cfg.probe_tolerance), its
+    # progress (the attacks, then the probe) on the same bars or plain lines as the epochs
     with printed_warnings():  # the final audit's warnings: printed below, not logged as well
         with _progress() as p:
-            bars = _Bars(p)
-            result = run_training(cfg, callbacks=[_TrainBars(bars)], final_audit=final_audit)
+            result = run_training(cfg, callbacks=[_TrainBars(_Bars(p))], final_audit=attacks or None)
         score = "-" if result.best_score is None else f"{result.best_score:.4f}"
         console.print(f"best epoch {result.best_epoch} (selection score {score}); run folder {result.out}")
         if result.audit is not None:
