@@ -95,8 +95,9 @@ def main() -> None:
     ap.add_argument("--ft-lr", type=float, default=0.01)
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--val-attack", default="pgd10")
-    ap.add_argument("--probe", type=int, default=0,
-                    help="audit reliability probe (AutoAttack) samples per class; 0 (default): PGD-20 only")
+    ap.add_argument("--probe", default="0",
+                    help="audit reliability probe budget: AutoAttack on the samples PGD-20 left robust, within B "
+                         "times PGD-20's compute ('all': every robust sample); 0 (default): PGD-20 only")
     ap.add_argument("--reaudit-from", type=Path, default=None,
                     help="audit the best.pt of that --out's runs again on this call's --test-per-class, train nothing")
     ap.add_argument("--report-only", action="store_true", help="write --md from OUT/results.json, train nothing")

@@ -75,7 +75,7 @@ def test_cifar_cpu_studies_dry_run_through_the_cli(name, tmp_path, capsys):
     study = load_study(STUDIES[0].parent / f"{name}.yaml")
     runs = study.expand(tmp_path / "x")
     assert {r.train["data"] for r in runs} == {"cifar10-jpeg,per_class=550,test_per_class=100"}
-    assert {r.train["model"] for r in runs} == {"cifar-cnn"} and {r.audit["probe"] for r in runs} == {10}
+    assert {r.train["model"] for r in runs} == {"cifar-cnn"} and {r.audit["probe"] for r in runs} == {10.0}  # 10x the audit's compute
     if name == "fair-methods-cifar-cpu":  # every method a 2-epoch fine-tune of the benz study's TRADES run
         benz = load_study(STUDIES[0].parent / "benz-classwise-cifar-cpu.yaml")
         trades = next(r for r in benz.expand(tmp_path / "b") if r.variant == "trades")

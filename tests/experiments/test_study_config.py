@@ -194,3 +194,27 @@ def test_audit_channels_last_defaults_to_the_model_and_leaves_old_run_folders_ma
     # a setting that does change outcomes still counts
     other = RunSpec(**{**d, "audit": {**a.audit, "early_exit": False}})
     assert other.hash != a.hash and config_differences(other, a) == ["audit.early_exit: False -> True"]
+
+
+def test_audit_probe_is_a_budget_set_in_the_audit_block_only(tiny):
+    """``audit.probe`` is the probe's budget (a multiple, '2x', 'all', 0) and ``probe_tolerance`` a
+    fraction; left at their defaults they are out of the run's settings (and its hash). The run's
+    TrainConfig carries them (config.yaml records what the final audit ran with); set anywhere but
+    the audit block they are refused, since the audit block is what the worker audits with."""
+    plain = study(tiny).expand("out")[0]
+    assert not {"probe", "probe_tolerance"} & (set(plain.audit) | set(plain.train))
+    assert plain.train_config().probe is None  # the trainer fills in the default (or a resumed run's own)
+    for given, stored in (("2x", 2.0), (3, 3.0), ("all", "all"), ("off", 0.0)):
+        tiny["audit"].update(probe=given, probe_tolerance=0.02)
+        r = study(tiny).expand("out")[0]
+        assert r.audit["probe"] == stored and r.audit["probe_tolerance"] == 0.02 and r.hash != plain.hash
+        cfg = r.train_config("runs/x", resume=True)
+        assert (cfg.probe, cfg.probe_tolerance) == (stored, 0.02) and "probe" not in r.train
+    for key, bad in (("probe", "lots"), ("probe", -1), ("probe_tolerance", 2)):
+        with pytest.raises(ConfigError, match=f"key 'audit.{key}'") as e:
+            study(dict(tiny, audit={**tiny["audit"], key: bad})).expand("out")
+        assert "\n" not in str(e.value)
+    for where in ("base", "grid"):
+        t = dict(tiny, **{where: {**tiny[where], "probe": [2] if where == "grid" else 2}})
+        with pytest.raises(ConfigError, match="audit block"):
+            study(t).expand("out")

@@ -288,3 +288,22 @@ def test_report_over_the_sweep(done_study, tmp_path, capsys):
     assert "### Robust accuracy vs eps" in md
     eps_csv = (tmp_path / "tiny_tables" / "eps.csv").read_text().splitlines()
     assert len(eps_csv) == 1 + 2 * 2 * 10  # 2 runs x 2 radii x 10 classes
+
+
+def test_the_worker_audits_with_the_study_probe_and_records_it(tiny, write_study, tmp_path):
+    """The study's ``audit: {probe: 2x, probe_tolerance: 0.03}`` reaches the run's audit
+    (audit.json's ``probe``) and its config.yaml (the final audit's keys of its TrainConfig)."""
+    from robfair.experiments.sweep import plan
+
+    tiny["grid"] = {"method": ["standard"]}
+    tiny["base"]["eps"] = 0.02  # most test samples survive FGSM: the probe has samples to attack
+    tiny["audit"].update(attacks=["fgsm"], probe="2x", probe_tolerance=0.03)
+    study = load_study(write_study(tiny))
+    (run,) = plan(study, tmp_path / "runs")
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "run.yaml").write_text(run.spec.to_yaml())
+    assert execute(run.run_dir) == "done"
+    rec = json.loads((run.run_dir / "audit.json").read_text())["probe"]
+    assert rec["budget"] == "2x" and rec["tolerance"] == pytest.approx(0.03) and rec["overall"]["first_attacked"] > 0
+    cfg = yaml.safe_load((run.run_dir / "config.yaml").read_text())
+    assert (cfg["probe"], cfg["probe_tolerance"]) == (2.0, 0.03)

@@ -55,6 +55,7 @@ from ..models.factory import check_model_args
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
 from ..training import TrainConfig
+from ..training.config import probe_budget, probe_fraction
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ log = logging.getLogger(__name__)
 RUN_SCHEMA = "robfair.run/1"
 #: TrainConfig keys that do not change what a run computes (excluded from the config hash)
 HASH_FREE_KEYS = ("resume", "device", "out")
+#: TrainConfig keys of the final audit that a study sets in its audit block (never in base, grid or variants):
+#: left out of a run's train settings, filled in from its audit settings by RunSpec.train_config
+AUDIT_TRAIN_KEYS = ("probe", "probe_tolerance")
 #: audit settings that change the speed, never an outcome (channels_last: identical predictions), so
 #: run folders made before their default changed still match
 AUDIT_HASH_FREE_KEYS = ("channels_last",)
@@ -91,8 +95,28 @@ class AuditSettings(_Block):
     channels_last: bool | None = Field(None, description="channels-last memory format; default (None): on for "
                                                          "models with 2-D convolutions (same predictions)")
     bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples for worst/gap intervals in reports")
-    probe: int | None = Field(None, ge=0, description="reliability probe: AutoAttack on up to N samples per group "
-                                                    "(default 20; 0 disables)")
+    probe: float | Literal["all"] | None = Field(
+        None, description="reliability probe budget: AutoAttack on the samples the attacks left robust, within this "
+                          "multiple of their compute (e.g. 1, 2x); 'all': every robust sample (exactly AutoAttack per "
+                          "group); 0: off; default (None): 1")
+    probe_tolerance: float | None = Field(None, description="the overstatement a group may have before the probe "
+                                                            "flags it, a fraction (0.01 = 1 point); default (None): 0.01")
+
+    @field_validator("probe", mode="before")
+    @classmethod
+    def _parse_probe(cls, v: Any) -> float | str | None:
+        try:
+            return None if v is None else probe_budget(v)
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("probe_tolerance", mode="before")
+    @classmethod
+    def _parse_probe_tolerance(cls, v: Any) -> float | None:
+        try:
+            return None if v is None else probe_fraction(v)
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
 
 
 class LocalSettings(_Block):
@@ -228,8 +252,10 @@ class RunSpec(BaseModel):
             raise ConfigError(f"{p}: {_one_line(e, cls, fix='delete the folder and re-run the sweep')}") from None
 
     def train_config(self, run_dir: str | Path | None = None, **overrides: Any) -> Any:
-        """The run's :class:`~robfair.training.TrainConfig` (``out`` = ``run_dir`` when given)."""
+        """The run's :class:`~robfair.training.TrainConfig` (``out`` = ``run_dir`` when given), its
+        final audit's probe (``probe``, ``probe_tolerance``) from the audit settings."""
         d = dict(self.train)
+        d.update({k: self.audit.get(k) for k in AUDIT_TRAIN_KEYS})
         if run_dir is not None:
             d["out"] = str(run_dir)
         d.update(overrides)
@@ -373,6 +399,9 @@ def _set_key(d: dict[str, Any], key: str, value: Any, where: str) -> None:
         raise ConfigError(f"unknown training key '{parts[0]}' in {where}; {hint}valid keys: {', '.join(fields)}")
     if parts[0] == "seed" and where.startswith(("grid", "variants", "base")):
         raise ConfigError(f"'seed' in {where}: list seeds under the top-level 'seeds:' key instead")
+    if parts[0] in AUDIT_TRAIN_KEYS and where.startswith(("grid", "variant", "base")):
+        raise ConfigError(f"'{parts[0]}' in {where}: the final audit's reliability probe is set in the study's "
+                          f"audit block; write audit: {{{parts[0]}: ...}} instead")
     if parts[0] == "out" and where.startswith(("grid", "variants", "base")):
         raise ConfigError(f"'out' in {where}: each run goes to <study out>/<run name>; set the study's "
                           "top-level 'out' (or --out) instead")
@@ -512,7 +541,8 @@ def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
                     overrides = {**var_ov, **point}
                     spec = RunSpec(study=study.name, name=name, group=group, seed=seed, variant=var_name,
                                    overrides=json.loads(json.dumps(overrides, default=str)),
-                                   train=cfg.to_dict(), audit=audit, tracking=study.tracking.model_dump())
+                                   train={k: v for k, v in cfg.to_dict().items() if k not in AUDIT_TRAIN_KEYS},
+                                   audit=audit, tracking=study.tracking.model_dump())
                     if spec.hash in hashes:  # the same run reached through two grid blocks: run it once
                         log.info("run %s is the same as %s; it is run once, under the first name", name, hashes[spec.hash])
                         continue
@@ -555,6 +585,7 @@ def _finish_audit(audit: dict[str, Any], cfg: Any, name: str) -> dict[str, Any]:
         raise ConfigError(f"run {name}: audit: {e}") from None
     d = a.model_dump(mode="json")
     d.update(eps=eps, eps_sweep=sweep, seed=cfg.seed if a.seed is None else a.seed)
-    if d.get("probe") is None:  # the default: left out so the config hashes of existing studies stay
-        d.pop("probe", None)
+    for key in ("probe", "probe_tolerance"):
+        if d.get(key) is None:  # the default: left out so the config hashes of existing studies stay
+            d.pop(key, None)
     return d

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .. import training  # called as training.train at run time, so the trainer can be swapped (tests do)
-from ..audit import AuditReport, audit
+from ..audit import AuditReport
 from ..audit.eps_sweep import eps_sweep
 from ..data import load_dataset
 from ..errors import RobfairError
@@ -101,17 +101,21 @@ def run_spec(spec: RunSpec, run_dir: Path, *, threads: int | None = None) -> Any
     if spec.tracking.get("tensorboard"):
         callbacks.append(TensorBoardCallback(run.tensorboard))
 
-    def do_audit(model: Any, data: Any, eps: float) -> AuditReport:
-        rep = audit(model, data, attacks=a["attacks"], eps=eps, batch_size=a["batch_size"], device=cfg.device,
-                    early_exit=a["early_exit"], seed=a["seed"], precision=a["precision"],
-                    channels_last=a.get("channels_last"), probe=a.get("probe"))
+    # the study's audit settings; the probe (cfg.probe, cfg.probe_tolerance) is the audit block's, so
+    # config.yaml records what the audit ran
+    run_audit = training.audit_hook(cfg, a["attacks"], eps=a["eps"], batch_size=a["batch_size"], seed=a["seed"],
+                                    early_exit=a["early_exit"], precision=a["precision"],
+                                    channels_last=a.get("channels_last"))
+
+    def do_audit(model: Any, data: Any) -> AuditReport:
+        rep = run_audit(model, data)
         rep.meta.update(run=spec.name, split=a["split"], checkpoint=str(run.best))
         return rep
 
     test = None
     if a["split"] != "test":
         test = load_dataset(cfg.data, a["split"])
-    result = training.train(cfg, callbacks=callbacks, final_audit=lambda m, d: do_audit(m, d, a["eps"]), test_data=test)
+    result = training.train(cfg, callbacks=callbacks, final_audit=do_audit, test_data=test)
     if a.get("eps_sweep"):
         data = test if test is not None else load_dataset(cfg.data, a["split"])
         sweep = eps_sweep(result.best_model, data, list(a["attacks"]), sorted(set(a["eps_sweep"])),
