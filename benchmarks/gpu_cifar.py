@@ -15,7 +15,8 @@ What it does, all measured in this run (nothing is assumed or copied from elsewh
    validation split carved from train.
 4. Audits the selected model on the test split (FGSM and PGD-20 in fp32, worst case over both;
    per-class clean and robust accuracy with Wilson intervals), with the reliability probe when the
-   installed ``robfair.audit`` offers one (``--probe N`` per class is passed through its API).
+   installed ``robfair.audit`` offers one (``--probe B``, its budget: AutoAttack on the samples the
+   audit left robust within B times the audit's attacks' compute, ``all`` or ``0``, passed to its API).
 5. Writes under ``--out``: ``summary.md`` (per-class table beside the published PGD-AT numbers,
    aggregates, timings, warnings), ``per_class.csv``, ``aggregates.json``, ``audit.json`` with
    ``outcomes.npz`` (the per-sample outcomes; ``robfair report`` reads the folder), ``timings.json``,
@@ -72,8 +73,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--val-per-class", type=int, default=50)
     p.add_argument("--calib-images", type=int, default=5120, help="training images of the calibration epoch")
     p.add_argument("--attacks", default="fgsm,pgd20", help="audit attacks (comma-separated)")
-    p.add_argument("--probe", type=int, default=20, help="reliability probe: samples per class (0: off), "
-                   "passed to robfair.audit when it has a probe")
+    p.add_argument("--probe", default=None, help="reliability probe budget: AutoAttack on the samples the audit "
+                   "left robust, within B times the audit's attacks' compute (default 1, dry run 5: enough for its "
+                   "first attack on a few of the 20 images; 'all': every robust sample; 0: off), passed to "
+                   "robfair.audit when it has a probe")
     p.add_argument("--audit-batch", type=int, default=1000)
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="training autocast")
     p.add_argument("--seed", type=int, default=0)
@@ -86,7 +89,7 @@ def parse(argv=None) -> argparse.Namespace:
         # bf16 units (measured on the project's VM), so the dry run swaps in the small CNN
         args.model = args.model or "cifar-cnn"
         args.device, args.batch, args.steps, args.max_epochs = "cpu", 16, 2, 1
-        args.val_per_class, args.calib_images, args.attacks, args.probe = 1, 8, "fgsm,pgd2", 1
+        args.val_per_class, args.calib_images, args.attacks = 1, 8, "fgsm,pgd2"
         args.audit_batch, args.budget_s = 32, 60.0
         args.data = with_options(args.data, per_class=3, test_per_class=2)
         if args.precision != "fp32":  # robfair refuses emulated bf16/fp16 unless asked: the dry run checks the path
@@ -94,7 +97,19 @@ def parse(argv=None) -> argparse.Namespace:
 
             os.environ.setdefault("ROBFAIR_EMULATED_PRECISION", "1")
     args.model = args.model or "preact-resnet18"
+    if args.probe is None:
+        args.probe = "5" if args.dry_run else "1"
     return args
+
+
+def probe_on(value: str) -> bool:
+    """Whether ``--probe`` asks for a probe (robfair's own parser when it has one: a bad value is refused
+    before anything runs)."""
+    try:
+        from robfair.audit.probe import parse_budget
+    except ImportError:  # an older robfair
+        return str(value).strip().lower() not in ("0", "off")
+    return parse_budget(value, "--probe") > 0
 
 
 def config(args, data: str, out: Path | None, epochs: int, device: str) -> TrainConfig:
@@ -176,6 +191,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     args = parse(argv)
     try:
+        args.probe_on = probe_on(args.probe)
         check_output_dir(args.out, fix="pass a new --out or delete it")
     except RobfairError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -217,7 +233,7 @@ def main(argv=None) -> int:
     per_image = cal_res.history[0]["time"]["train_s"] / n_cal
     n_fit = len(train_ds) - args.val_per_class * train_ds.num_classes
     est_epoch = per_image * n_fit * 1.05  # + validation (~5%: PGD-10 on val_per_class images per class)
-    reserve = max(60.0, 2.0 * est_epoch) + (60.0 if args.probe else 0.0)
+    reserve = max(60.0, 2.0 * est_epoch) + (60.0 if args.probe_on else 0.0)
     left = args.budget_s - (time.perf_counter() - t_start) - reserve
     if args.epochs is not None:
         epochs, reason = args.epochs, "--epochs"
@@ -239,13 +255,13 @@ def main(argv=None) -> int:
 
     attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     kwargs = dict(attacks=attacks, eps=args.eps, batch_size=args.audit_batch, device=str(dev), seed=args.seed,
-                  precision="fp32", channels_last=not args.probe)
+                  precision="fp32", channels_last=not args.probe_on)
     # pyautoattack's input checks call .view() on the batch, which fails on channels_last tensors, so
     # the audit runs in the default memory format when the probe (official AutoAttack) is on
     params = inspect.signature(audit).parameters
     if "probe" in params:
         kwargs["probe"] = args.probe
-        probe = f"{args.probe} per class" if args.probe else "off (--probe 0)"
+        probe = f"budget {args.probe} (x the audit's attacks' compute)" if args.probe_on else "off (--probe 0)"
     else:
         probe = "not run: this robfair's audit() has no probe parameter"
     t = time.perf_counter()
