@@ -55,7 +55,7 @@ from ..models.factory import check_model_args
 from ..runfolder import RunFolder
 from ..safeio import read_text_capped, yaml_loads
 from ..training import TrainConfig
-from ..training.config import probe_budget, probe_fraction
+from ..training.config import ProbeBudget, ProbeTolerance
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -95,28 +95,12 @@ class AuditSettings(_Block):
     channels_last: bool | None = Field(None, description="channels-last memory format; default (None): on for "
                                                          "models with 2-D convolutions (same predictions)")
     bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples for worst/gap intervals in reports")
-    probe: float | Literal["all"] | None = Field(
+    probe: ProbeBudget = Field(
         None, description="reliability probe budget: AutoAttack on the samples the attacks left robust, within this "
                           "multiple of their compute (e.g. 1, 2x); 'all': every robust sample (exactly AutoAttack per "
                           "group); 0: off; default (None): 1")
-    probe_tolerance: float | None = Field(None, description="the overstatement a group may have before the probe "
-                                                            "flags it, a fraction (0.01 = 1 point); default (None): 0.01")
-
-    @field_validator("probe", mode="before")
-    @classmethod
-    def _parse_probe(cls, v: Any) -> float | str | None:
-        try:
-            return None if v is None else probe_budget(v)
-        except RobfairError as e:
-            raise ValueError(str(e)) from None
-
-    @field_validator("probe_tolerance", mode="before")
-    @classmethod
-    def _parse_probe_tolerance(cls, v: Any) -> float | None:
-        try:
-            return None if v is None else probe_fraction(v)
-        except RobfairError as e:
-            raise ValueError(str(e)) from None
+    probe_tolerance: ProbeTolerance = Field(None, description="the overstatement a group may have before the probe "
+                                                              "flags it, a fraction (0.01 = 1 point); default (None): 0.01")
 
 
 class LocalSettings(_Block):

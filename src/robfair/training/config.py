@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import AttackError, ConfigError, RobfairError, one_line
 from ..runfolder import RunFolder
@@ -33,6 +33,44 @@ FINAL_AUDIT_KEYS = ("probe", "probe_tolerance")
 RUN_INFO_KEY = "run_info"
 
 Select = Literal["avg+worst", "avg-rob", "worst-rob", "clean", "last"]
+
+
+def probe_budget(value: Any, what: str = "probe") -> float | str:
+    """A reliability probe budget as a config file stores it (:func:`robfair.audit.probe.parse_budget`
+    reads every form: None the default, a multiple ``2`` / ``"2x"``, ``0`` / ``"off"``, ``"all"``): a
+    float multiple, or ``"all"``. A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
+    from ..audit.probe import parse_budget  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+    budget = parse_budget(value, what)
+    return "all" if math.isinf(budget) else budget
+
+
+def probe_fraction(value: Any, what: str = "probe tolerance") -> float:
+    """The probe's tolerance, a fraction (:func:`robfair.audit.probe.parse_tolerance`; None the
+    default, 0.01 = 1 point). A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
+    from ..audit.probe import parse_tolerance  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+    return parse_tolerance(value, what)
+
+
+def _unless_none(parse: Any) -> Any:
+    """A pydantic before-validator: None stays None (the default), anything else goes through
+    ``parse``, whose one-line error becomes the field's."""
+
+    def check(v: Any) -> Any:
+        try:
+            return None if v is None else parse(v)
+        except RobfairError as e:
+            raise ValueError(str(e)) from None
+
+    return BeforeValidator(check)
+
+
+#: a config's reliability probe budget (training config, study audit block): a float multiple of the
+#: audit's attacks' compute, "all", or None (the default); read by robfair.audit.probe.parse_budget
+ProbeBudget = Annotated[float | Literal["all"] | None, _unless_none(probe_budget)]
+#: a config's probe tolerance: a fraction (0.01 = 1 point) or None (the default)
+ProbeTolerance = Annotated[float | None, _unless_none(probe_fraction)]
 
 
 class TrainConfig(BaseModel):
@@ -92,12 +130,12 @@ class TrainConfig(BaseModel):
                             "seed / val_per_class (seed; refused if it holds the init run's training samples)")
 
     # --- the final audit's reliability probe (robfair train --probe; a sweep sets them from its audit block)
-    probe: float | Literal["all"] | None = Field(
+    probe: ProbeBudget = Field(
         None, description="reliability probe budget of the final test audit: AutoAttack on the samples its attacks left "
                           "robust, within this multiple of their compute (e.g. 1, 2x); 'all': every robust sample "
                           "(exactly AutoAttack per class); 0: off; None: the run's recorded value on resume, else "
                           "robfair's default (1), recorded when the run starts")
-    probe_tolerance: float | None = Field(
+    probe_tolerance: ProbeTolerance = Field(
         None, description="the overstatement a class may have before the probe flags it, a fraction (0.01 = 1 point; "
                           "the CLI's --probe-tolerance takes points); None: as probe (default 0.01)")
 
@@ -127,22 +165,6 @@ class TrainConfig(BaseModel):
     def _parse_eps(cls, v: Any) -> float:
         try:
             return parse_eps(v, "eps")
-        except RobfairError as e:
-            raise ValueError(str(e)) from None
-
-    @field_validator("probe", mode="before")
-    @classmethod
-    def _parse_probe(cls, v: Any) -> float | str | None:
-        try:
-            return None if v is None else probe_budget(v)
-        except RobfairError as e:
-            raise ValueError(str(e)) from None
-
-    @field_validator("probe_tolerance", mode="before")
-    @classmethod
-    def _parse_probe_tolerance(cls, v: Any) -> float | None:
-        try:
-            return None if v is None else probe_fraction(v)
         except RobfairError as e:
             raise ValueError(str(e)) from None
 
@@ -226,24 +248,6 @@ class TrainConfig(BaseModel):
         """Keys whose values differ from ``other`` (except ``ignore``)."""
         a, b = self.to_dict(), other.to_dict()
         return [k for k in a if k not in ignore and a[k] != b.get(k)]
-
-
-def probe_budget(value: Any, what: str = "probe") -> float | str:
-    """A reliability probe budget as a config file stores it (:func:`robfair.audit.probe.parse_budget`
-    reads every form: None the default, a multiple ``2`` / ``"2x"``, ``0`` / ``"off"``, ``"all"``): a
-    float multiple, or ``"all"``. A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
-    from ..audit.probe import parse_budget  # lazy: start-up time (`robfair --help` loads this module, not torch)
-
-    budget = parse_budget(value, what)
-    return "all" if math.isinf(budget) else budget
-
-
-def probe_fraction(value: Any, what: str = "probe tolerance") -> float:
-    """The probe's tolerance, a fraction (:func:`robfair.audit.probe.parse_tolerance`; None the
-    default, 0.01 = 1 point). A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
-    from ..audit.probe import parse_tolerance  # lazy: start-up time (`robfair --help` loads this module, not torch)
-
-    return parse_tolerance(value, what)
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:
