@@ -158,3 +158,11 @@ def test_waterfill():
     assert waterfill(7, [3, 1, 0], [10, 10, 10]) == [5, 2, 0]
     assert waterfill(100, [1, 1], [3, 4]) == [3, 4]
     assert sum(waterfill(9, [0.2, 0.3, 0.5], [9, 9, 9])) == 9
+
+
+def test_what_half_the_budget_cannot_buy_the_whole_rest_may():
+    """After the first stage covers every robust sample, the later stages get what is left even
+    when half of it would not pay for one survivor."""
+    des, first, rest = design_for([(100, 10, 0, 2)], budget=10 * PRIOR_COST[FIRST] + 1.5 * PRIOR_COST[REST])
+    run_design(des, simulated_attack(first, rest))
+    assert des.groups[0].m1 == 10 and des.attacked[REST] == 1 and des.spent <= des.budget

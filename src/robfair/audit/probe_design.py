@@ -20,7 +20,8 @@ replacement of the group's robust samples. AutoAttack runs as its own cascade, i
 
 Rounds: the first round of a stage gives every open group the same number of samples (half of
 the budget left, or everything the stage needs when the budget covers it); each later round
-gives half of what is left (all of it once it is below an eighth of the budget) in proportion to
+gives half of what is left (all of it once it is below an eighth of the budget, or when half
+buys not one sample) in proportion to
 the width of each group's interval in points, so samples go where disagreement appears and
 none where the bound is already tight.
 
@@ -251,9 +252,12 @@ class Design:
             else:  # where the interval is widest
                 weights = [self._width(g, stage) / s for g, s in zip(gs, surv)]
             mean_cost = cost * float(np.average(surv, weights=weights))
-            take = waterfill(int(spend // mean_cost), weights, caps)
-            while sum(take) and sum(t * s for t, s in zip(take, surv)) * cost > spend:
-                take[int(np.argmax(take))] -= 1
+            for spend in (spend, left):  # half of what is left; all of it when half buys nothing
+                take = waterfill(int(spend // mean_cost), weights, caps)
+                while sum(take) and sum(t * s for t, s in zip(take, surv)) * cost > spend:
+                    take[int(np.argmax(take))] -= 1
+                if any(take):
+                    break
         if not any(take):
             return None
         plan = {}
