@@ -1,0 +1,99 @@
+"""benchmarks/bench_probe.py: its simulation (the probe's own design on exact draws) on a tiny grid,
+its tables, its memoised bounds (the same results as without), and the CI smoke run."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from robfair.audit import probe_design
+from robfair.audit.probe_design import FIRST
+from robfair.metrics.stats import finite_population_bounds
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_probe.py"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """The script, loaded with the probe's shipped default budget (1x): tests/conftest.py turns the
+    default off for every other test."""
+    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_BUDGET", 1.0)
+    spec = importlib.util.spec_from_file_location("bench_probe", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_probe", mod)  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def costs(bench):
+    return bench.Costs(44.0, 13.0, 213.0, 9500.0, "test")
+
+
+def test_simulation_on_a_tiny_grid(bench):
+    S = bench.Scenario
+    scenarios = [S("power", 10, 100, 0.5, 0.40, FIRST), S("power", 10, 100, 0.5, 0.40, bench.LATER, 1.0),
+                 S("power", 10, 100, 0.5, 0.40, bench.LATER, math.inf), S("faithful", 10, 100, 0.5),
+                 S("at-tolerance", 10, 100, 0.5)]
+    rows = bench.run_grid(scenarios, 12, costs(bench))
+    assert [r["scenario"] for r in rows] == scenarios
+    assert all(r["reps"] == 12 and len(r["spent"]) == 12 for r in rows)
+    hits = [r["hits"] for r in rows]
+    # 40 of 100 samples fooled by APGD-CE: flagged every time at 1x; by the later stages only: never
+    # at 1x (the first stage is not settled within the budget), always with every sample attacked
+    assert hits[:3] == [12, 0, 12] and hits[3:] == [0, 0]
+    assert all(r["alarms"] == 0 and r["miscovered"] == 0 for r in rows)
+    assert max(max(r["spent"]) for r in rows[:2] + rows[3:]) <= 1.0 + 1e-9  # the default budget is never overspent
+    assert min(rows[2]["spent"]) > 100  # "all": the whole cascade on every robust sample
+    assert rows[0]["hits_ci"][0] > 0.7 and rows[1]["hits_ci"][1] < 0.3  # Wilson intervals
+    text = bench.sim_tables(rows, costs(bench))
+    assert text.count("| 10 | 100 | 50% | 1x |") == 2 and "| 10 | 100 | 50% | all |" in text
+    assert "-> met" in text and "MISSED" not in text
+
+
+def test_a_missed_target_is_reported(bench):
+    """The targets line reads the measured power: below 90% at 10 points (K = 10) it says MISSED."""
+    row = bench.run_grid([bench.Scenario("power", 10, 100, 0.5, 0.10, FIRST)], 4, costs(bench))[0]
+    assert bench.targets([row]).startswith("Target power >= 90% at 10 points")
+    row["hits"] = 1  # what a weaker design would give
+    assert "-> MISSED" in bench.targets([row])
+
+
+def test_memoised_bounds_change_nothing(bench):
+    scn = bench.Scenario("power", 10, 200, 0.8, 0.05, FIRST)
+    plain = bench.simulate(scn, 6, costs(bench), seed=3)
+    with bench.cached_bounds():
+        cached = bench.simulate(scn, 6, costs(bench), seed=3)
+    assert plain == cached
+    assert probe_design.finite_population_bounds is finite_population_bounds  # restored
+
+
+def test_grid_skips_overstatements_above_the_robust_rate(bench):
+    scns = bench.grid()
+    assert not any(s.delta > s.r + 1e-9 for s in scns)
+    assert {(s.K, s.n_c) for s in scns} == {(10, 1000), (10, 250), (100, 100)}
+    assert {s.budget for s in scns if s.where == bench.LATER} == {1.0, 10.0, 100.0, math.inf}
+    assert len([s for s in scns if s.kind != "power"]) == 2 * 9
+
+
+def test_bad_costs_is_one_line_exit_2(bench, capsys):
+    assert bench.main(["--parts", "sim", "--costs", "1,2,3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --costs must be four positive numbers") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_quick_mode_runs(bench, tmp_path, capsys):
+    pytest.importorskip("pyautoattack")
+    out = tmp_path / "probe.md"
+    assert bench.main(["--quick", "--cache", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert out.read_text() + "\n" == text  # the markdown, written whole
+    for part in ("## Simulation", "**False alarms at the default budget (1x)**", "## Real models",
+                 "| digits | 451 |", "What it found, against the exact answer", "Checks: false flags:"):
+        assert part in text, part
+    assert (tmp_path / "cache" / "digits-pgd-at-e3.pt").is_file()  # a rerun loads it
