@@ -14,7 +14,8 @@ from torch import nn
 
 from robfair.attacks.autoattack import AutoAttack, cascade
 from robfair.audit import audit
-from robfair.audit.probe import PROGRESS_STAGE, parse_budget, parse_tolerance
+from robfair.audit.probe import PROGRESS_STAGE, in_audit_record, parse_budget, parse_tolerance
+from robfair.data import Dataset
 from robfair.errors import RobfairError
 
 from _shared import probe_problem as problem
@@ -100,6 +101,31 @@ def test_in_audit_autoattack_states_each_weaker_attack_exactly():
         assert rows[g]["overstatement"] == rows[g]["lower"] == rows[g]["upper"] == pytest.approx(over[sel].sum() / sel.sum())
     assert "pgd10 alone overstates" in p["verdict"] and "exact" in p["verdict"]
     assert p["verdict"] in rep.warnings
+
+
+class _Outcomes:
+    """Per-sample outcomes as in_audit_record reads them: one group of 100, robust under each attack."""
+
+    def __init__(self, robust: dict[str, np.ndarray]):
+        self.group, self.group_names, self._robust = np.zeros(100, dtype=np.int64), ["g"], robust
+
+    def robust(self, _eps: int, names):
+        return np.logical_and.reduce([self._robust[n] for n in names])
+
+
+@pytest.mark.parametrize("only_autoattack,tolerance,flagged", [(1, 0.01, False), (2, 0.01, True), (2, 0.02, False),
+                                                               (3, 0.02, True)])
+def test_in_audit_flags_beyond_the_tolerance_only(only_autoattack, tolerance, flagged):
+    """With AutoAttack in the audit, a weaker attack's group is flagged when the share robust under it
+    alone but fooled by AutoAttack exceeds the tolerance, strictly (1 of 100 is 1 point)."""
+    aa = np.zeros(100, dtype=bool)
+    aa[:50] = True
+    pgd = aa.copy()
+    pgd[50:50 + only_autoattack] = True
+    rec = in_audit_record(_Outcomes({"autoattack": aa, "pgd10": pgd}), "autoattack", ["pgd10"], tolerance)
+    row = rec["per_attack"]["pgd10"]["per_group"]["g"]
+    assert row["overstatement"] == only_autoattack / 100 and row["flagged"] is flagged
+    assert rec["per_attack"]["pgd10"]["flagged_groups"] == (["g"] if flagged else [])
 
 
 def test_budget_and_tolerance_parse_and_refuse_in_one_line(monkeypatch):

@@ -96,16 +96,19 @@ def test_the_multiplicity_correction_is_alpha_over_2G(changed):
     g.first = [True] * k + [False] * (m - k)
     des = Design([g] + others, budget=1.0, alpha=0.05, tolerance=tolerance)
     assert des.alpha_lower == 0.05 / (2 * G) and des.alpha_upper == 0.05 / (4 * G)
-    assert des.flagged(g) == (lo > lo_c)
+    assert des.flagged(g) == des.per_group()["g"]["flagged"] == (lo > lo_c)  # the record's flag too
 
 
 def test_the_tolerance_is_strict_and_settable():
     """A group is flagged when its lower bound exceeds the tolerance: 1 witness in 100 samples
-    (exactly 1 point) is not flagged at 1 point, 2 are; at 2 points, 2 are not."""
+    (exactly 1 point) is not flagged at 1 point, 2 are; at 2 points, 2 are not. The record's flag
+    (``per_group``, what ``flagged_groups`` lists) follows the same rule."""
     def flagged(k, tolerance):
         g = Group("g", 100, np.arange(10))
         g.first, g.rest = [True] * k + [False] * (10 - k), [False] * 10
-        return Design([g], budget=1.0, alpha=0.05, tolerance=tolerance).flagged(g)
+        des = Design([g], budget=1.0, alpha=0.05, tolerance=tolerance)
+        assert des.per_group()["g"]["flagged"] == des.flagged(g)
+        return des.flagged(g)
 
     assert (flagged(1, 0.01), flagged(2, 0.01), flagged(2, 0.02), flagged(3, 0.02)) == (False, True, False, True)
 
