@@ -80,6 +80,29 @@ def test_grid_skips_overstatements_above_the_robust_rate(bench):
     assert len([s for s in scns if s.kind != "power"]) == 2 * 9
 
 
+def test_the_comparison_with_the_exact_run_counts_what_went_wrong(bench):
+    def row(n, robust, lower, upper, upper_first=1.0, flagged=False, first_fooled=0):
+        return {"n": n, "robust": robust, "robust_acc": robust / n, "first_attacked": 5, "rest_attacked": 0,
+                "first_fooled": first_fooled, "rest_fooled": 0, "overstatement": lower, "lower": lower,
+                "upper": upper, "upper_first": upper_first, "flagged": flagged}
+
+    exact = {"tolerance": 0.01, "per_group": {"a": row(100, 50, 0.05, 0.05), "b": row(100, 50, 0.0, 0.0),
+                                              "c": row(100, 50, 0.03, 0.03, first_fooled=3)},
+             "overall": {"n": 300, "lower": 0.08 / 3, "first_fooled": 3}, "rounds": [], "cost": {"ratio": 150.0},
+             "verdict": "v"}
+    good = {"cost": {"ratio": 1.0}, "per_group": {"a": row(100, 50, 0.02, 0.5, flagged=True),
+                                                  "b": row(100, 50, 0.0, 0.5), "c": row(100, 50, 0.0, 0.5)}}
+    bad = {"cost": {"ratio": 1.0}, "per_group": {"a": row(100, 50, 0.06, 0.5, flagged=True),  # lower above the exact
+                                                 "b": row(100, 50, 0.02, 0.5, flagged=True),  # not overstated
+                                                 "c": row(100, 50, 0.0, 0.5, upper_first=0.02)}}  # APGD-CE finds 3
+    m = bench.Real("toy", None, None, 0.1, "toy")
+    _, per = bench.check_rows({"model": m, "attacks": ["pgd20"], "exact": exact, "runs": {1.0: good, 10.0: bad}})
+    assert per[1.0]["overstated"] == ["a", "c"] and per[1.0]["later"] == ["a"] and per[1.0]["flagged"] == ["a"]
+    assert (per[1.0]["false flags"], per[1.0]["missed"], per[1.0]["bounds violated"]) == (0, 1, 0)
+    assert (per[10.0]["false flags"], per[10.0]["missed"], per[10.0]["bounds violated"],
+            per[10.0]["APGD-CE bound violated"]) == (1, 1, 2, 1)
+
+
 def test_bad_costs_is_one_line_exit_2(bench, capsys):
     assert bench.main(["--parts", "sim", "--costs", "1,2,3"]) == 2
     err = capsys.readouterr().err
@@ -94,6 +117,6 @@ def test_quick_mode_runs(bench, tmp_path, capsys):
     text = capsys.readouterr().out
     assert out.read_text() + "\n" == text  # the markdown, written whole
     for part in ("## Simulation", "**False alarms at the default budget (1x)**", "## Real models",
-                 "| digits | 451 |", "What it found, against the exact answer", "Checks: false flags:"):
+                 "| digits | 451 |", "What it found, against the exact answer", "| digits | fgsm + pgd20 | 0.2 | 40 |"):
         assert part in text, part
     assert (tmp_path / "cache" / "digits-pgd-at-e3.pt").is_file()  # a rerun loads it
