@@ -587,13 +587,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RobfairError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # --threads torch threads and the library's warnings quiet (the probe's verdicts are in the
+    # tables), for this run only: a caller (a test) gets its settings back
+    threads, logger = torch.get_num_threads(), logging.getLogger("robfair")
+    level = logger.level
+    torch.set_num_threads(args.threads)
+    logger.setLevel(logging.ERROR)
+    try:
+        return run(args, costs)
+    finally:
+        torch.set_num_threads(threads)
+        logger.setLevel(level)
+
+
+def run(args: argparse.Namespace, costs: Costs | None) -> int:
+    """The benchmark as :func:`main` set it up; the markdown on stdout (and ``--out``), exit code."""
     reps = args.reps or (20 if args.quick else 1000)
     reps_k100 = args.reps_k100 or (reps if args.quick else 500)
     repeats = args.repeats or (1 if args.quick else 3)
     models = args.models or (["digits"] if args.quick else ["digits", "fashion-mnist", "cifar10-jpeg"])
-    torch.set_num_threads(args.threads)
     tuned = tune_allocator()
-    logging.getLogger("robfair").setLevel(logging.ERROR)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import math
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from robfair.audit import probe_design
 from robfair.audit.probe_design import FIRST
@@ -113,7 +115,9 @@ def test_bad_costs_is_one_line_exit_2(bench, capsys):
 def test_quick_mode_runs(bench, tmp_path, capsys):
     pytest.importorskip("pyautoattack")
     out = tmp_path / "probe.md"
-    assert bench.main(["--quick", "--cache", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    threads, level = torch.get_num_threads(), logging.getLogger("robfair").level
+    assert bench.main(["--quick", "--threads", "1", "--cache", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    assert (torch.get_num_threads(), logging.getLogger("robfair").level) == (threads, level)  # given back
     text = capsys.readouterr().out
     assert out.read_text() + "\n" == text  # the markdown, written whole
     for part in ("## Simulation", "**False alarms at the default budget (1x)**", "## Real models",
