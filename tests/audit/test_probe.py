@@ -15,7 +15,6 @@ from torch import nn
 from robfair.attacks.autoattack import AutoAttack, cascade
 from robfair.audit import audit
 from robfair.audit.probe import PROGRESS_STAGE, in_audit_record, parse_budget, parse_tolerance
-from robfair.data import Dataset
 from robfair.errors import RobfairError
 
 from _shared import probe_problem as problem
