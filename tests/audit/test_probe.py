@@ -15,6 +15,7 @@ from torch import nn
 from robfair.attacks.autoattack import AutoAttack, cascade
 from robfair.audit import audit
 from robfair.audit.probe import PROGRESS_STAGE, in_audit_record, parse_budget, parse_tolerance
+from robfair.data import Dataset
 from robfair.errors import RobfairError
 
 from _shared import probe_problem as problem
@@ -172,3 +173,43 @@ def test_what_the_probe_compares():
     assert probe_attack(["pgd20", "autoattack-l2"])["compared"] == ["pgd20"]
     assert probe_attack(["pgd20-l2"])["reference"] == "autoattack-l2"
     assert probe_attack(["pgd20-t", "trades-kl"])["mode"] is None
+
+
+def test_the_screen_is_autoattacks_dlr_attack_and_the_rest_its_cascade():
+    from robfair.audit.probe import probe_stages
+
+    assert probe_stages(10) == {"first": ["apgd-dlr"], "rest": ["apgd-ce", "apgd-t", "fab-t", "square"]}
+    assert probe_stages(3) == {"first": ["apgd-ce"], "rest": ["fab", "square"]}  # AutoAttack's own < 4-class cascade
+    assert AutoAttack(stages=["apgd-dlr"]).name == "autoattack[apgd-dlr]"
+
+
+class Scaled(nn.Module):
+    """Logits times 10^4: the softmax saturates, so the cross-entropy's input gradient underflows to
+    exactly 0 on every sample with a margin and a CE attack gets nowhere; the decision is unchanged,
+    and a scale-free loss (DLR) still finds it (the classic gradient masking by logit scale)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return 1e4 * self.net(x)
+
+
+def test_the_default_probe_catches_a_cross_entropy_masked_model():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(16, 10)
+    x = torch.rand(400, 1, 4, 4, generator=g)
+    with torch.no_grad():
+        y = lin(x.flatten(1)).argmax(1)
+    model = Scaled(nn.Sequential(nn.Flatten(), lin)).eval()
+    ds = Dataset(x=x, y=y, classes=[f"c{i}" for i in range(10)], name="scaled")
+    rep = audit(model, ds, ["pgd10"], eps=0.05, device="cpu", probe=1)
+    p = rep.probe
+    assert p["stages"]["first"] == ["apgd-dlr"] and p["cost"]["ratio"] <= 1.0
+    assert p["overall"]["first_fooled"] > 0 and p["flagged_groups"]
+    for g in p["flagged_groups"]:
+        r = p["per_group"][g]
+        assert r["corrected_hi"] < r["robust_acc"]  # the corrected number is below what PGD claimed
+    assert not p["passed"] and p["verdict"] in rep.warnings

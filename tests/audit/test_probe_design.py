@@ -169,3 +169,16 @@ def test_what_half_the_budget_cannot_buy_the_whole_rest_may():
     des, first, rest = design_for([(100, 10, 0, 2)], budget=10 * PRIOR_COST[FIRST] + 1.5 * PRIOR_COST[REST])
     run_design(des, simulated_attack(first, rest))
     assert des.groups[0].m1 == 10 and des.attacked[REST] == 1 and des.spent <= des.budget
+
+
+def test_a_budget_smaller_than_the_groups_is_not_spent_by_class_order():
+    """Three samples for ten groups: which groups get them is a seeded draw, not the first three."""
+    got = set()
+    for seed in range(6):
+        des, first, rest = design_for([(100, 50, 0)] * 10, budget=3 * PRIOR_COST[FIRST], seed=0)
+        des.seed = seed
+        run_design(des, simulated_attack(first, rest))
+        takes = [g.m1 for g in des.groups]
+        assert sum(takes) == 3 and max(takes) == 1
+        got.add(tuple(i for i, t in enumerate(takes) if t))
+    assert len(got) > 1 and (0, 1, 2) not in got or len(got) > 2

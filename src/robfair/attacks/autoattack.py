@@ -28,7 +28,9 @@ What the wrapper adds:
   FAB-T 9 targets, Square 5,000 queries); the official run attacks each stage's survivors with the
   next, so ``stages=[first]`` on every sample and then ``stages=[the rest]`` on its survivors is
   the same cascade split over two calls (the reliability probe, :mod:`robfair.audit.probe`).
-  :func:`cascade` lists a version's attacks for a number of classes.
+  :func:`cascade` lists a version's attacks for a number of classes. ``stages=["apgd-dlr"]`` runs
+  the official untargeted DLR attack (APGD-DLR, part of the ``plus`` version's cascade) with the
+  version's APGD settings (``standard``: 100 steps, 1 restart): the probe's cheap screen.
 - **A state file, on request.** Inside ``with state_file(path):`` every run writes the official
   package's evaluation state (``pyautoattack``'s ``state_path``: which of its attacks have run on
   the batch being attacked, and which of its samples are still robust) to ``path``, a progress
@@ -102,6 +104,8 @@ def cascade(version: str = "standard", n_classes: int = 10, attacks: Sequence[st
     return list(_VERSION_ATTACKS[check_choice(version, VERSIONS, "AutoAttack version")])
 
 
+#: the untargeted DLR attack of the official package (in the ``plus`` cascade): a stage of any version
+SCREEN = "apgd-dlr"
 #: each version's cascade, as pyautoattack's ``_set_version`` sets it (L-inf and L2)
 _VERSION_ATTACKS = {"standard": ("apgd-ce", "apgd-t", "fab-t", "square"),
                     "plus": ("apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"),
@@ -129,7 +133,7 @@ class AutoAttack(Attack):
         batch_size: AutoAttack's internal batch (default: the whole group at once).
         precision: ``"bf16"`` / ``"fp16"`` wrap the model's forward in autocast (fp32 logits).
         stages: run only these attacks of the cascade (:func:`cascade`), each with the version's
-            own settings: a stage of the official cascade (see the module doc).
+            own settings: a stage of the official cascade (see the module doc); ``"apgd-dlr"`` too.
     """
 
     family = "autoattack"
@@ -220,12 +224,12 @@ class AutoAttack(Attack):
             if hasattr(aa, sub):
                 getattr(aa, sub).n_target_classes = max(1, min(getattr(aa, sub).n_target_classes, n_classes - 1))
         if self.stages is not None:  # one stage of the cascade, the version's settings kept
-            planned = list(getattr(aa, "attacks_to_run"))
+            planned = list(getattr(aa, "attacks_to_run")) + [SCREEN]  # the DLR screen: run by the same APGD
             unknown = [a for a in self.stages if a not in planned]
             if unknown:
                 raise AttackError(f"AutoAttack stage(s) {', '.join(unknown)} are not in this cascade "
                                   f"({', '.join(planned)}); pick stages from it")
-            aa.attacks_to_run = [a for a in planned if a in self.stages]
+            aa.attacks_to_run = [a for a in dict.fromkeys(planned) if a in self.stages]
         bs = self.batch_size or x.shape[0]
         run_params = inspect.signature(aa.run_standard_evaluation).parameters
         kw: dict[str, Any] = {}

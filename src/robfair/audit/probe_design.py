@@ -9,12 +9,13 @@ accuracy the audit claims beyond AutoAttack's.
 
 **The design.** Each group's robust samples are put in a seeded random order; AutoAttack only
 ever attacks a *prefix* of that order, so every prefix is a simple random sample without
-replacement of the group's robust samples. AutoAttack runs as its own cascade, in two stages:
+replacement of the group's robust samples. AutoAttack runs in two stages
+(:func:`robfair.audit.probe.probe_stages`):
 
-- ``first``: its first attack (APGD-CE in the standard version: 100 gradient steps, about five
-  PGD-20s) on the first ``m1`` samples of each group;
-- ``rest``: the others (APGD-T, FAB-T, Square), the expensive ones, only on the samples of the
-  first ``m2 <= m1`` that survived the first stage. They start once the first stage is settled
+- ``first``: a cheap screen (AutoAttack's APGD-DLR: 100 gradient steps, about five PGD-20s) on
+  the first ``m1`` samples of each group;
+- ``rest``: AutoAttack's cascade (APGD-CE, APGD-T, FAB-T, Square), the expensive part, only on the
+  samples of the first ``m2 <= m1`` that survived the screen. It starts once the screen is settled
   (every group's first-stage interval is narrower than the tolerance, or covers all its robust
   samples).
 
@@ -61,9 +62,10 @@ from ..metrics.stats import finite_population_bounds
 FIRST, REST = "first", "rest"
 STAGES = (FIRST, REST)
 #: units per sample before a stage has run (replaced by the measured cost after its first round):
-#: APGD-CE 100 steps x 2 + its forwards; APGD-T 9 targets x 100 steps x 2, FAB-T about 3 units a
-#: step over 9 x 100 steps, Square 5,000 forward queries
-PRIOR_COST = {FIRST: 210.0, REST: 9_500.0}
+#: the screen (APGD, 100 steps x 2 + its forwards, 213 measured); the cascade: APGD-CE 213, APGD-T
+#: 9 targets x 100 steps x 2 (1,838), FAB-T about 3 units a step over 9 x 100 steps (2,738), Square
+#: 5,000 forward queries (5,013)
+PRIOR_COST = {FIRST: 213.0, REST: 9_800.0}
 #: a round spends half of what is left, all of it once that is below this share of the budget
 LAST_SHARE = 1 / 8
 MAX_ROUNDS = 8
@@ -113,17 +115,18 @@ def random_orders(groups: np.ndarray, robust: np.ndarray, names: Sequence[str], 
     return out
 
 
-def waterfill(total: int, weights: Sequence[float], caps: Sequence[int]) -> list[int]:
+def waterfill(total: int, weights: Sequence[float], caps: Sequence[int], ties: Sequence[int] | None = None) -> list[int]:
     """``total`` integer items over slots in proportion to ``weights``, none above its cap (what a
     capped slot cannot take goes to the others, slots of weight 0 last): ``min(cap, lam * w)``
-    rounded down, the rest by largest remainder (ties to the first slot)."""
+    rounded down, the rest by largest remainder, ties broken by ``ties`` (a rank per slot, lowest
+    first; default: the first slot)."""
     w = np.asarray(weights, dtype=np.float64)
     cap = np.asarray(caps, dtype=np.int64)
     total = int(min(max(total, 0), cap.sum()))
     pos = (w > 0) & (cap > 0)
     if cap[pos].sum() < total:  # the weighted slots cannot take it all: the rest equally to the others
         out = np.where(pos, cap, 0)
-        rest = waterfill(total - int(out.sum()), np.where(pos, 0.0, 1.0).tolist(), np.where(pos, 0, cap).tolist())
+        rest = waterfill(total - int(out.sum()), np.where(pos, 0.0, 1.0).tolist(), np.where(pos, 0, cap).tolist(), ties)
         return (out + np.asarray(rest, dtype=np.int64)).tolist()
     x = np.zeros(cap.size)
     free, left = pos.copy(), float(total)
@@ -137,7 +140,8 @@ def waterfill(total: int, weights: Sequence[float], caps: Sequence[int]) -> list
         left -= float(cap[over].sum())
         free &= ~over
     out = np.minimum(np.floor(x + 1e-9).astype(np.int64), cap)
-    for i in np.argsort(-(x - out), kind="stable"):
+    rank = np.arange(cap.size) if ties is None else np.asarray(ties)
+    for i in np.lexsort((rank, -np.round(x - out, 12))):  # largest remainder first, then the tie rank
         if out.sum() >= total:
             break
         if out[i] < cap[i] and pos[i]:
@@ -150,8 +154,9 @@ class Design:
     robust sample through the whole cascade)."""
 
     def __init__(self, groups: list[Group], *, budget: float, alpha: float, tolerance: float,
-                 prior_cost: dict[str, float] | None = None) -> None:
+                 prior_cost: dict[str, float] | None = None, seed: int = 0) -> None:
         self.groups = groups
+        self.seed = int(seed)
         self.budget = float(budget)
         self.alpha = float(alpha)
         self.tolerance = float(tolerance)
@@ -253,7 +258,7 @@ class Design:
                 weights = [self._width(g, stage) / s for g, s in zip(gs, surv)]
             mean_cost = cost * float(np.average(surv, weights=weights))
             for spend in (spend, left):  # half of what is left; all of it when half buys nothing
-                take = waterfill(int(spend // mean_cost), weights, caps)
+                take = waterfill(int(spend // mean_cost), weights, caps, self._ties(len(gs)))
                 while sum(take) and sum(t * s for t, s in zip(take, surv)) * cost > spend:
                     take[int(np.argmax(take))] -= 1
                 if any(take):
@@ -271,6 +276,11 @@ class Design:
                 plan[i] = g.order[seg][~np.asarray(g.first[seg], dtype=bool)]
         self._planned = (stage, {i: int(t) for i, t in zip(idx, take) if t > 0})
         return plan
+
+    def _ties(self, n: int) -> np.ndarray:
+        """A seeded random rank per open group for this round: when the budget cannot give every
+        group as much (fewer samples than groups), who gets the remainder is not the class order."""
+        return np.random.Generator(np.random.PCG64([self.seed, 0x71E5, len(self.rounds)])).permutation(n)
 
     def record(self, stage: str, fooled: dict[int, np.ndarray], units: float) -> None:
         """What a round found: per group, whether each attacked position was fooled (in the order
