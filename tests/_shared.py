@@ -79,6 +79,22 @@ def run_cli(argv, capsys):
     return exc.value.code, out.out, out.err
 
 
+def wait_for(pred, proc, timeout: float = 180.0) -> None:
+    """Wait until ``pred()`` holds while the subprocess ``proc`` runs (fail if it ends first or time runs out)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the process ended ({proc.returncode}) before the condition: {out[-1000:]} {err[-1000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("timed out waiting")
+
+
 def drop_in(monkeypatch, tmp_path, package: str, registry, filename: str, source: str) -> list[str]:
     """Emulate one new file in a component package: write ``filename`` with ``source`` to a folder
     on the package's ``__path__`` and run the package's own discovery

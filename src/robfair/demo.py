@@ -4,7 +4,7 @@ Everything here is the public machinery (``robfair.training.train`` and ``robfai
 small problem; nothing is cached or pre-computed. Writes::
 
     <out>/st/  and  <out>/at/      run folders (config.yaml, checkpoints/{best,last}.pt, metrics.jsonl, audit.json)
-    <out>/audit.json               both audits, keyed by run name
+    <out>/audit.json               both audits, keyed by run name (written last: a demo folder without it is unfinished)
     <out>/classwise.png            per-class clean / robust accuracy with 95% intervals
 """
 
@@ -19,6 +19,7 @@ from .audit import AuditReport
 from .data import load_dataset
 from .report.plots import classwise_bars
 from .runfolder import AUDIT_FILE
+from .safeio import ResultSet
 from .training import TrainConfig, train
 from .utils import write_json
 
@@ -99,10 +100,14 @@ def run_demo(out: str | Path = "runs/demo", *, eps: float = 0.1, epochs: int = 3
         rep = result.audit
         rep.meta["checkpoint"] = str(result.best_path)
         reports[label] = rep
-    write_json(out / AUDIT_FILE, {"schema": "robfair.demo/1", "eps": eps,
-                               "runs": {label: r.to_json() for label, r in reports.items()}})
-    plot = classwise_bars(reports, out / "classwise.png",
-                          title=f"digits test set, L-inf eps={eps:g}, worst case of {' and '.join(DEMO_ATTACKS)}")
+    plot = out / "classwise.png"
+    with ResultSet() as files:  # the figure, then the audits: a demo folder with its audit.json is whole
+        with files.file(plot) as tmp:
+            classwise_bars(reports, tmp, title=f"digits test set, L-inf eps={eps:g}, worst case of "
+                                                f"{' and '.join(DEMO_ATTACKS)}")
+        with files.file(out / AUDIT_FILE, last=True) as tmp:
+            write_json(tmp, {"schema": "robfair.demo/1", "eps": eps,
+                             "runs": {label: r.to_json() for label, r in reports.items()}})
     res = DemoResult(reports=reports, eps=eps, out=out, plot=plot, seconds=time.perf_counter() - t0)
     res.summary_lines = summarize(reports)
     return res

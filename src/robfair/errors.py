@@ -8,6 +8,8 @@ turns a pydantic validation error into such a line (no pydantic import here).
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import types
 import typing
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,44 @@ class AttackError(RobfairError):
 
 class ConfigError(RobfairError):
     """A configuration value or key that is not valid."""
+
+
+#: the fix of an OS error, by errno (the CLI's one line for an OS error on an input or output ends in it)
+OS_FIXES = {
+    errno.EACCES: "check the permissions, or choose another path",
+    errno.EPERM: "check the permissions, or choose another path",
+    errno.EROFS: "the file system is read-only; choose another path",
+    errno.ENOSPC: "the disk is full; free some space and run the command again",
+    errno.EDQUOT: "the disk quota is exceeded; free some space and run the command again",
+    errno.EFBIG: "the file is larger than the file-size limit (`ulimit -f`) or the file system allows; raise the "
+                 "limit or choose another path",
+    errno.EIO: "the disk reported an I/O error; check the disk (or the network file system) and run the command again",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.EISDIR: "it is a folder; pass a file",
+    errno.ENAMETOOLONG: "use a shorter path",
+    errno.ELOOP: "the path has a symbolic-link loop; fix the link",
+    errno.EMFILE: "too many open files; raise `ulimit -n`",
+}
+
+
+def os_fix(code: int | None) -> str:
+    """The fix of an OS error number (:data:`OS_FIXES`; a general one for the others)."""
+    return OS_FIXES.get(code if code is not None else -1, "check the path and run the command again")
+
+
+class WriteError(RobfairError):
+    """An output that could not be written (a full disk, a file-size limit, an I/O error, permission
+    denied): names the output the user asked for (never a temporary file), the system's reason and
+    the fix. Raised by the atomic writers (``utils.atomic_path``, ``safeio.ResultSet``), which leave
+    nothing of the new output and what was there before unchanged."""
+
+    def __init__(self, path: str | os.PathLike, error: OSError) -> None:
+        self.path = str(path)
+        self.errno = error.errno
+        self.strerror = error.strerror or type(error).__name__
+        super().__init__(f"cannot write {self.path}: {self.strerror} (nothing was written; what was there is "
+                         f"kept); {os_fix(self.errno)}")
 
 
 def one_line(e: "ValidationError", model: "type[BaseModel]", *, unknown: str = "unknown config key '{key}'",

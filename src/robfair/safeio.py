@@ -7,26 +7,45 @@
   :data:`YAML_MAX_ITEMS` values (a "billion laughs" bomb) or refer to themselves is refused.
 - :func:`check_output_file` / :func:`check_output_dir`: the output guard every writing command
   calls *before* it computes anything: the location must be creatable and writable, and a run's
-  results are never overwritten unless the user asks (``--overwrite``).
+  results are never overwritten unless the user asks (``--overwrite``); with ``claim=True`` the
+  output is also claimed for this process (:func:`claim_outputs`) and checked again under the claim.
+- :func:`claim_outputs` / :class:`Claim`: exclusive claims of output paths (a lock file, ``flock``),
+  taken before the computation: a second robfair process writing the same output is refused in one
+  line naming the first, ``--overwrite`` or not.
+- :class:`ResultSet`: a result of several files written whole or not at all (staged beside their
+  places, moved in together, the primary last, the old set kept on any failure).
 - What a run folder is and which of its files are results (``RUN_FILES``, :func:`is_run_folder`,
   :func:`holds_results`) and :func:`remove_orphan_temps` come from :mod:`robfair.runfolder`.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
+import fcntl
+import glob
+import hashlib
 import json
 import logging
 import os
+import re
+import shutil
+import signal
+import socket
 import stat
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import yaml
 
-from .errors import ConfigError, RobfairError
+from .errors import ConfigError, RobfairError, WriteError
 from .runfolder import CHECKPOINTS_DIR, RUN_FILES, RUN_MARKERS, holds_results, is_run_folder, is_study_folder
+from .utils import _umask, names_output
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +183,24 @@ def _check_creatable(path: Path, what: str) -> None:
 
 def check_output_file(path: str | os.PathLike, what: str = "--out", *, overwrite: bool = False,
                       suffixes: tuple[str, ...] | None = None, run_owned: bool = False,
-                      alt: str | None = None) -> Path:
+                      alt: str | None = None, claim: bool = False) -> Path:
     """Check an output file before any computation (ConfigError, one line, when it cannot be used).
 
     Refused: a path below a file or in an unwritable folder, an existing folder or non-regular file
     (``/dev/full``), a wrong suffix, an existing file unless ``overwrite``, and any file a run folder
     owns (``RUN_FILES``, ``checkpoints/``) unless ``run_owned`` (the caller writes that very file
-    of that very run) and ``overwrite``."""
+    of that very run) and ``overwrite``. ``claim``: then claim it (:func:`claim_outputs`) and check
+    again, so a writer that finished in between is not overwritten."""
+    kw = dict(overwrite=overwrite, suffixes=suffixes, run_owned=run_owned, alt=alt)
+    p = _check_output_file(path, what, **kw)
+    if claim:
+        claim_outputs([p], what)
+        _check_output_file(p, what, **kw)
+    return p
+
+
+def _check_output_file(path: str | os.PathLike, what: str, *, overwrite: bool, suffixes: tuple[str, ...] | None,
+                       run_owned: bool, alt: str | None) -> Path:
     p = Path(path).expanduser()
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise ConfigError(f"{what} {p} must end in {' or '.join(suffixes)}")
@@ -196,12 +226,22 @@ def check_output_file(path: str | os.PathLike, what: str = "--out", *, overwrite
 
 
 def check_output_dir(path: str | os.PathLike, what: str = "--out", *, overwrite: bool = False,
-                     allow: str | None = None, fix: str = "pass --overwrite to replace them, or choose another folder"
-                     ) -> Path:
+                     allow: str | None = None, fix: str = "pass --overwrite to replace them, or choose another folder",
+                     claim: bool = False) -> Path:
     """Check an output folder before any computation. Refused: a path below a file, an existing
     file, an unwritable location, and a folder that already holds results unless ``overwrite``.
     ``allow``: ``"study"`` lets a sweep continue in its own study folder, ``"run"`` lets ``train
-    --resume`` continue a run folder."""
+    --resume`` continue a run folder. ``claim``: then claim the folder, written in place (its lock
+    file inside it; the folder is made, and removed again if nothing is written), and check again."""
+    kw = dict(overwrite=overwrite, allow=allow, fix=fix)
+    p = _check_output_dir(path, what, **kw)
+    if claim:
+        claim_outputs([p], what, inside=True)
+        _check_output_dir(p, what, **kw)
+    return p
+
+
+def _check_output_dir(path: str | os.PathLike, what: str, *, overwrite: bool, allow: str | None, fix: str) -> Path:
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{what} {p} is a file, not a folder; choose a folder path")
@@ -220,3 +260,385 @@ def check_output_dir(path: str | os.PathLike, what: str = "--out", *, overwrite:
     if holds_results(p):
         raise ConfigError(f"{what} {p} already holds results; {fix}")
     return p
+
+
+# ================================================================================ claims
+#: the lock file of a claimed output: ``.NAME.robfair-lock`` beside a file (or a folder replaced
+#: whole), ``.robfair-lock`` inside a folder a command writes in place (a run folder, a demo)
+LOCK_NAME = ".robfair-lock"
+#: this process's claims: lock file -> [its descriptor, times claimed] (a claim is re-entrant)
+_HELD: dict[str, list[int]] = {}
+#: the claims :func:`release_claims` gives back (every :class:`Claim` not released yet)
+_OPEN: list["Claim"] = []
+
+
+def _forget_claims() -> None:
+    """In a forked child: the parent's claims are not the child's (its copies of the descriptors are
+    left open; closing them would release nothing and unlinking would take the parent's lock files)."""
+    _HELD.clear()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_claims)
+
+
+def lock_file(path: str | os.PathLike, *, inside: bool = False) -> Path:
+    """The lock file that claims ``path`` (see :data:`LOCK_NAME`); folders on the way are resolved,
+    so two spellings of one place (a symbolic link to a folder, ``..``) share one claim."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    if inside:
+        return Path(os.path.realpath(p)) / LOCK_NAME
+    return Path(os.path.realpath(p.parent)) / f".{p.name}{LOCK_NAME}"
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock file, from what its holder wrote in it: ``pid N, started T`` (and the host)."""
+    try:
+        rec = json.loads(os.pread(fd, 4096, 0).decode("utf-8", errors="replace") or "{}")
+    except (OSError, ValueError):
+        rec = {}
+    if not isinstance(rec, dict) or "pid" not in rec:
+        return "pid unknown"
+    host = "" if rec.get("host") in (None, socket.gethostname()) else f" on {rec['host']}"
+    since = f", started {rec['since']}" if rec.get("since") else ""
+    return f"pid {rec['pid']}{host}{since}"
+
+
+def _busy(what: str, path: Path, holder: str) -> ConfigError:
+    option = what.split()[0] if what.startswith("-") else "output path"
+    return ConfigError(f"{what} {path} is being written by another robfair process ({holder}); wait for it to "
+                       f"finish or choose another {option}")
+
+
+def _lock(lock: Path, what: str, path: Path) -> int:
+    """Take the exclusive lock of ``lock`` (made if missing) and write this process into it; a
+    one-line ConfigError naming the holder when another process has it. The kernel drops the lock
+    of a process that dies, however it dies: a lock file left behind holds nothing."""
+    for _ in range(20):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise _busy(what, path, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:  # the holder before us may have removed the file since we opened it (and another made it anew)
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            rec = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:2]])[:200]}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, (json.dumps(rec) + "\n").encode(), 0)
+            except OSError:  # a full disk: the lock holds all the same, only its holder reads as unknown
+                pass
+            return fd
+        os.close(fd)
+    raise _busy(what, path, "its lock file keeps changing")  # pragma: no cover
+
+
+def _made_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and the missing folders above it; the ones made, outermost first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            pass
+    return list(reversed(missing))
+
+
+def _remove_leftovers(path: Path) -> None:
+    """The temporaries a killed writer of ``path`` left beside it (``.NAME.XXXX.tmp`` files of
+    :func:`robfair.utils.atomic_path`, ``.NAME.set-XXXX.tmp`` folders of :class:`ResultSet`): whoever
+    wrote them held this claim, so they are no one's now."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(set-)?[a-z0-9_]+\.tmp")
+    for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if not pattern.fullmatch(p.name):
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        except OSError:
+            pass
+
+
+class Claim:
+    """This process's exclusive claims of output paths, from before the computation to the last
+    file written (:func:`claim_outputs`). A second robfair process that claims one of them is
+    refused in one line naming the holder, ``--overwrite`` or not; within one process a claim is
+    re-entrant. :meth:`release` gives them back (removing the lock files and the folders made for
+    them, when empty)."""
+
+    def __init__(self) -> None:
+        self.locks: list[str] = []
+        self.made: list[Path] = []
+        _OPEN.append(self)
+
+    def add(self, paths: Iterable[str | os.PathLike | None], what: str = "output", *,
+            inside: bool = False) -> "Claim":
+        """Claim each path (None skipped); ``inside``: folders written in place (the lock file inside them)."""
+        for path in paths:
+            if path is None:
+                continue
+            p = Path(os.path.abspath(Path(path).expanduser()))
+            lock = lock_file(p, inside=inside)
+            key = str(lock)
+            if key in _HELD:
+                _HELD[key][1] += 1
+            else:
+                try:
+                    self.made += _made_folders(lock.parent)
+                    _HELD[key] = [_lock(lock, what, Path(path).expanduser()), 1]
+                except OSError as e:  # an unwritable or full place: named by the output, not its lock file
+                    raise WriteError(Path(path).expanduser(), e) from None
+                if not inside:
+                    _remove_leftovers(p)
+            self.locks.append(key)
+        return self
+
+    def release(self) -> None:
+        while self.locks:
+            key = self.locks.pop()
+            held = _HELD.get(key)
+            if held is None:
+                continue
+            held[1] -= 1
+            if held[1] <= 0:
+                del _HELD[key]
+                try:  # removed while still locked, so no other process takes a lock on a file about to go
+                    os.unlink(key)
+                except OSError:
+                    pass
+                os.close(held[0])
+        for d in reversed(self.made):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        self.made = []
+        if self in _OPEN:
+            _OPEN.remove(self)
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def claim_outputs(paths: Iterable[str | os.PathLike | None], what: str = "output", *, inside: bool = False) -> Claim:
+    """Claim output paths for this process before anything is computed (:class:`Claim`); nothing
+    stays claimed when one of them is refused. Released by ``Claim.release`` or, for the CLI, at
+    the end of the command (:func:`release_claims`)."""
+    claim = Claim()
+    try:
+        return claim.add(paths, what, inside=inside)
+    except BaseException:
+        claim.release()
+        raise
+
+
+def release_claims() -> None:
+    """Give back every claim this process still holds (the CLI's boundary at the end of a command,
+    and any process at exit)."""
+    for claim in list(reversed(_OPEN)):
+        claim.release()
+
+
+atexit.register(release_claims)
+
+
+# ================================================================================ result sets
+def file_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file, hex."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def matches_digest(path: str | os.PathLike, record: Any) -> bool:
+    """``path`` is the file a manifest entry (``{"sha256": ..., "bytes": ...}``, see
+    :meth:`ResultSet.digest`) describes."""
+    try:
+        return (isinstance(record, dict) and Path(path).stat().st_size == record.get("bytes")
+                and file_digest(path) == record.get("sha256"))
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (main thread; elsewhere nothing to hold)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class ResultSet:
+    """The files of one result, written whole or not at all (docs/architecture.md, "Nothing is lost").
+
+        with ResultSet() as rs:                      # claims each member as it is added
+            with rs.file("out/x.outcomes.npz") as tmp:
+                write(tmp)                           # tmp is in a staging folder beside the file
+            rs.remove("out/x.examples.npz")         # an old member this result has none of
+            with rs.folder("out/x_tables") as d:    # a folder replaced whole
+                write_csvs(d)
+            with rs.file("out/x.json", last=True) as tmp:
+                write(tmp)                           # the primary, moved into place after the others
+        # leaving the block moves every member into place (commit); an error removes the staging
+        # folders and leaves whatever was there before untouched
+
+    Each member is staged in a ``.NAME.set-XXXX.tmp`` folder beside its final place (same file
+    system, so moving it in is a rename). :meth:`commit` moves them in, the ``last`` ones after
+    the others, with Ctrl-C and SIGTERM held back; each file is replaced atomically (a reader sees
+    the old or the new file, never a mix), and if a move fails the members already moved are put
+    back (the old files were hard-linked aside first). Only a hard kill (SIGKILL, power loss)
+    between two renames can leave old and new members side by side, which is why the primary is
+    last and records its members' digests (:meth:`digest`) for its readers to check. An OS error
+    while writing a member is a :class:`~robfair.errors.WriteError` naming that member."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, Path, Path | None, bool]] = []  # (kind, final, staged, last)
+        self._stages: dict[Path, Path] = {}
+        self._claim = Claim()
+
+    def __enter__(self) -> "ResultSet":
+        return self
+
+    def __exit__(self, typ: Any, *exc: Any) -> None:
+        if typ is None:
+            self.commit()
+        else:
+            self.discard()
+
+    # ---------------------------------------------------------------- staging
+    def _member(self, path: str | os.PathLike) -> tuple[Path, Path]:
+        """Claim a member: (its final path, where it is staged)."""
+        final = Path(os.path.abspath(Path(path).expanduser()))
+        self._claim.add([final])
+        self._items = [i for i in self._items if i[1] != final]
+        folder = final.parent
+        if folder not in self._stages:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                self._stages[folder] = Path(tempfile.mkdtemp(prefix=f".{final.name}.set-", suffix=".tmp", dir=folder))
+            except OSError as e:
+                raise WriteError(final, e) from None
+        return final, self._stages[folder] / final.name
+
+    def file(self, path: str | os.PathLike, *, last: bool = False) -> contextlib.AbstractContextManager[Path]:
+        """Write one member: yields the staging path to write it to."""
+        return self._write(path, "file", last)
+
+    def folder(self, path: str | os.PathLike, *, last: bool = False) -> contextlib.AbstractContextManager[Path]:
+        """A member that is a folder, replaced whole: yields an empty staging folder to fill."""
+        return self._write(path, "dir", last)
+
+    @contextlib.contextmanager
+    def _write(self, path: str | os.PathLike, kind: str, last: bool) -> Iterator[Path]:
+        final, staged = self._member(path)
+        with names_output(final, staged.parent):
+            if kind == "dir":
+                staged.mkdir()
+                os.chmod(staged, 0o777 & ~_umask())
+            yield staged
+        if kind == "file" and not staged.is_file():
+            raise RuntimeError(f"the writer of {final} wrote nothing to {staged}")
+        self._items.append((kind, final, staged, last))
+
+    def remove(self, path: str | os.PathLike) -> None:
+        """A file this result has none of: deleted when the set is committed (an old member would
+        not match the new ones)."""
+        final, _ = self._member(path)
+        self._items.append(("remove", final, None, False))
+
+    def digest(self, path: str | os.PathLike) -> dict[str, Any]:
+        """``{"sha256": ..., "bytes": ...}`` of a staged file member, for the primary's manifest."""
+        final = Path(os.path.abspath(Path(path).expanduser()))
+        staged = next(s for kind, f, s, _ in self._items if f == final and kind == "file")
+        return {"sha256": file_digest(staged), "bytes": staged.stat().st_size}
+
+    # ---------------------------------------------------------------- commit
+    def _set_aside(self, kind: str, final: Path) -> tuple[Path | None, bool]:
+        """Keep the old ``final`` in the staging folder until the set is in place: (where, existed).
+        A file is hard-linked (it stays in place until the new one replaces it atomically); a
+        folder, and a file to remove, is moved."""
+        if not os.path.lexists(final):
+            return None, False
+        backup = self._stages[final.parent] / f".old.{final.name}"
+        if kind == "file":
+            try:
+                os.link(final, backup, follow_symlinks=False)
+            except OSError:  # no hard links here (FAT, some network file systems): replaced without a way back
+                return None, True
+        else:
+            os.rename(final, backup)
+        return backup, True
+
+    def commit(self) -> list[Path]:
+        """Move every member into place, the ``last`` ones after the others; on a failure put back
+        what was moved and raise a :class:`~robfair.errors.WriteError` naming the member. Returns
+        the paths written."""
+        order = [i for i in self._items if not i[3]] + [i for i in self._items if i[3]]
+        done: list[tuple[str, Path, Path | None, bool]] = []
+        with _signals_held():
+            try:
+                for kind, final, staged, _ in order:
+                    try:
+                        old, existed = self._set_aside(kind, final)
+                    except OSError as e:
+                        raise WriteError(final, e) from None
+                    try:
+                        if kind == "file":
+                            os.replace(staged, final)
+                        elif kind == "dir":
+                            os.rename(staged, final)
+                    except OSError as e:
+                        if kind == "dir" and old is not None:
+                            os.rename(old, final)
+                        raise WriteError(final, e) from None
+                    done.append((kind, final, old, existed))
+            except BaseException:
+                self._undo(done)
+                self.discard()
+                raise
+            self.discard()
+        return [final for kind, final, _, _ in order if kind != "remove"]
+
+    @staticmethod
+    def _undo(done: list[tuple[str, Path, Path | None, bool]]) -> None:
+        for kind, final, old, existed in reversed(done):
+            try:
+                if kind == "dir":
+                    shutil.rmtree(final)
+                if old is not None:
+                    os.replace(old, final)
+                elif kind == "file" and not existed:
+                    os.unlink(final)
+                elif kind == "file":
+                    log.warning("%s could not be put back as it was (no hard links on this file system)", final)
+            except OSError as e:
+                log.warning("%s could not be put back as it was: %s", final, e)
+
+    def discard(self) -> None:
+        """Remove the staging folders (what was staged, and the old members kept aside) and give the claims back."""
+        for stage in self._stages.values():
+            shutil.rmtree(stage, ignore_errors=True)
+        self._stages = {}
+        self._claim.release()

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import RobfairError
+from .errors import RobfairError, WriteError
 
 #: bootstrap resamples a command may ask for (1e8 draws of a 10-class compare is 30 GiB)
 MAX_BOOTSTRAP = 100_000
@@ -141,21 +141,42 @@ def tune_allocator() -> bool:
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path`` (atomic on POSIX).
-    On error the temporary file is removed and ``path`` is untouched."""
+    On error the temporary file is removed and ``path`` is untouched; an OS error of the write (a
+    full disk, a file-size limit, an I/O error) is a :class:`~robfair.errors.WriteError` naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:  # mkstemp creates 0600; the result must honour the umask like any other new file
-        os.fchmod(fd, 0o666 & ~_umask())
-    finally:
-        os.close(fd)
-    tmp_path = Path(tmp)
+    with names_output(path, path.parent / f".{path.name}."):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:  # mkstemp creates 0600; the result must honour the umask like any other new file
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            yield tmp_path
+            os.replace(tmp_path, path)
+        finally:
+            if tmp_path.exists():
+                tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def names_output(path: str | os.PathLike, *inner: str | os.PathLike) -> Iterator[None]:
+    """Around the writing of the output ``path`` through temporary files: an OS error that names no
+    file (``write`` on a full disk names none) or one whose name starts with an ``inner`` prefix (the
+    temporary files) is re-raised as a :class:`~robfair.errors.WriteError` naming ``path``, so the
+    user reads the output they asked for. Errors naming other files (an input) pass unchanged."""
+    prefixes = tuple(str(p) for p in inner)
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        yield
+    except WriteError as e:
+        if not e.path.startswith(prefixes):
+            raise
+        raise WriteError(path, OSError(e.errno, e.strerror)) from None
+    except OSError as e:
+        if e.filename is not None and not str(e.filename).startswith(prefixes):
+            raise
+        raise WriteError(path, e) from None
 
 
 def _umask() -> int:

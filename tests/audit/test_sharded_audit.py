@@ -18,8 +18,9 @@ from _shared import run_cli
 from robfair.audit.distributed import RankFailed, settle, shard_batches
 from robfair.training.distributed import DistInfo
 
-#: per-run fields: wall times, and which ranks ran (the device string names this rank's device)
-PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time"}
+#: per-run fields: wall times, and which ranks ran (the device string names this rank's device), and the
+#: digests of the sidecars (their headers hold the wall times; the sidecars are compared array by array)
+PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time", "files"}
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

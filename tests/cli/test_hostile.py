@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from _shared import run_cli
+from _shared import run_cli, wait_for as _wait_for
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TINY_MODEL = ["--model", "mlp", "--set", "model_kwargs={hidden: [8]}"]
@@ -425,19 +425,6 @@ def _train_argv(run: Path, epochs: int) -> list[str]:
 def _start(argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "from robfair.cli import main; main()", *argv], env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
-
-
-def _wait_for(pred, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the process ended ({proc.returncode}) before the condition: {out[-1000:]} {err[-1000:]}")
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail("timed out waiting")
 
 
 def _epochs(run: Path) -> list[int]:

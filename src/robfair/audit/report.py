@@ -7,7 +7,7 @@
     report.warnings            # sanity checks and the reliability probe
     report.outcomes            # per-sample outcomes (robfair.audit.Outcomes)
     report.examples            # a few of the weakest class's clean / adversarial images (robfair.audit.examples)
-    report.save("runs/x/audit.json")   # audit.json + outcomes.npz + examples.npz beside it, all atomic
+    report.save("runs/x/audit.json")   # audit.json + outcomes.npz + examples.npz beside it, one atomic set
 
 The evaluation itself is :func:`robfair.audit.engine.evaluate` (one clean pass per batch shared by
 every attack; ``early_exit`` stops spending steps on samples already fooled, same outcome). Every
@@ -17,6 +17,7 @@ samples the audit left robust, within ``probe`` times the audit's compute) unles
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from ..metrics import GroupReport
 from ..metrics.views import ReportViews
 from ..data.coerce import audit_inputs
 from ..runfolder import audit_file, audit_target
-from ..safeio import read_json
+from ..safeio import ResultSet, matches_digest, read_json
 from ..utils import parse_eps, to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
@@ -132,21 +133,26 @@ class AuditReport(ReportViews):
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: str | Path, *, bootstrap: int = 1000, seed: int = 0,
-             extras: dict[str, Any] | None = None) -> Path:
+             extras: dict[str, Any] | None = None, into: ResultSet | None = None) -> Path:
         """Write ``path`` (audit.json; a folder gets ``audit.json`` inside) and, when the report has
         per-sample outcomes, ``outcomes.npz`` beside it (``<stem>.outcomes.npz`` for another name), and
-        with examples ``examples.npz`` (``<stem>.examples.npz``); an examples file left there by an
-        earlier audit is removed when this report has none. Every file is written atomically, audit.json
-        last, so a killed write never leaves an audit.json whose outcomes are missing or stale."""
+        with examples ``examples.npz`` (``<stem>.examples.npz``); a sidecar left there by an earlier
+        audit is removed when this report has none. The files are one :class:`~robfair.safeio.ResultSet`
+        (``into``: the caller's, committed by the caller): written whole or not at all, audit.json
+        last, with the digests of its sidecars (``files``) that :meth:`load` checks."""
         path = audit_target(path)
-        if self.outcomes is not None:
-            self.outcomes.save(outcomes_path(path))
-        ex_path = examples_path(path)
-        if self.examples is not None:
-            self.examples.save(ex_path)
-        elif ex_path.is_file():
-            ex_path.unlink()  # another audit's images would not match these numbers
-        write_json(path, to_jsonable({**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {})}))
+        with contextlib.nullcontext(into) if into is not None else ResultSet() as rs:
+            files = {}
+            for side, data in ((outcomes_path(path), self.outcomes), (examples_path(path), self.examples)):
+                if data is not None:
+                    with rs.file(side) as tmp:
+                        data.save(tmp)
+                    files[side.name] = rs.digest(side)
+                elif side.is_file():
+                    rs.remove(side)  # another audit's outcomes or images would not match these numbers
+            payload = {**self.to_json(bootstrap=bootstrap, seed=seed), **(extras or {}), "files": files}
+            with rs.file(path, last=True) as tmp:
+                write_json(tmp, to_jsonable(payload))
         return path
 
     @classmethod
@@ -165,11 +171,10 @@ class AuditReport(ReportViews):
             rep = cls.from_json(d)
         except (RobfairError, KeyError, TypeError, ValueError) as e:
             raise RobfairError(f"{path} is not a robfair audit ({e})") from None
-        side = outcomes_path(path)
-        if side.exists():
+        side, ex = outcomes_path(path), examples_path(path)
+        if side.exists() and _written_with(path, d, side):
             rep.outcomes = Outcomes.load(side)
-        ex = examples_path(path)
-        if ex.is_file():
+        if ex.is_file() and _written_with(path, d, ex):
             try:
                 rep.examples = Examples.load(ex)
             except RobfairError as e:
@@ -191,6 +196,22 @@ class AuditReport(ReportViews):
             if not np.intersect1d(a.index, b.index).size:  # shards of one dataset (global indices)
                 out.outcomes = Outcomes.concat([a, b])
         return out
+
+
+def _written_with(path: Path, d: dict, side: Path) -> bool:
+    """``side`` is the sidecar ``path`` was written with: audit.json lists its digest (``files``) and
+    the file matches it; an older audit.json (no ``files``) takes any. Else a warning, and False."""
+    files = d.get("files")
+    if not isinstance(files, dict):
+        return True
+    if side.name not in files:
+        log.warning("%s was not written with %s (another audit's); it is not used", side, path)
+        return False
+    if not matches_digest(side, files[side.name]):
+        log.warning("%s is not the file %s was written with (changed since, or a write cut short by a hard "
+                    "kill); it is not used - run the audit again to have both", side, path)
+        return False
+    return True
 
 
 def _as_eps(eps: Any, n: int) -> float | torch.Tensor:

@@ -4,7 +4,9 @@ One module per command group: ``app`` (audit, demo, listings), ``train``, ... ea
 commands to the shared typer ``app``.
 
 The error boundary (:func:`main`): every failure ends in exactly one line on stderr, never a
-traceback on the terminal, and no output file is left half-written (files are written atomically):
+traceback on the terminal, and no output file is left half-written (files are written atomically, a
+result of several files as one :class:`robfair.safeio.ResultSet`); the outputs a command claimed
+(:func:`robfair.safeio.claim_outputs`) are given back when it ends, however it ends:
 
 - a :class:`robfair.errors.RobfairError` (bad input), a usage error, an OS error on an input or
   output (permission denied, a path below a file, a read-only or full disk), a file that cannot be
@@ -20,7 +22,6 @@ the rest of the package imports at module top, except the lines marked ``# lazy:
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shlex
@@ -43,7 +44,8 @@ except ImportError:  # pragma: no cover
 
 from rich.markup import escape
 
-from ..errors import RobfairError
+from ..errors import RobfairError, os_fix
+from ..safeio import release_claims
 from ..utils import tune_allocator
 from .app import app, err_console
 
@@ -60,20 +62,6 @@ __all__ = ["app", "main", "error_line"]
 EXIT_USER, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 _ABORTS = tuple(c for c in (_Abort, getattr(click_exc, "Abort", None)) if isinstance(c, type))
 
-_FIX = {
-    errno.EACCES: "check the permissions, or choose another path",
-    errno.EPERM: "check the permissions, or choose another path",
-    errno.EROFS: "the file system is read-only; choose another path",
-    errno.ENOSPC: "the disk is full; free some space and run the command again",
-    errno.EDQUOT: "the disk quota is exceeded; free some space and run the command again",
-    errno.ENOENT: "check the path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
-    errno.EISDIR: "it is a folder; pass a file",
-    errno.ENAMETOOLONG: "use a shorter path",
-    errno.ELOOP: "the path has a symbolic-link loop; fix the link",
-    errno.EMFILE: "too many open files; raise `ulimit -n`",
-}
-
 
 def os_error_line(e: OSError) -> str:
     """One line for an OS error on an input or output: what, which path, and the fix."""
@@ -81,8 +69,7 @@ def os_error_line(e: OSError) -> str:
     where = f" {e.filename}" if e.filename is not None else ""
     if getattr(e, "filename2", None) is not None:
         where += f" -> {e.filename2}"
-    fix = _FIX.get(e.errno or -1, "check the path and run the command again")
-    return f"cannot access{where}: {what}; {fix}"
+    return f"cannot access{where}: {what}; {os_fix(e.errno)}"
 
 
 class _Interrupt:
@@ -243,6 +230,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                  "please report it with that file", kind="internal")
             code = EXIT_BUG
     finally:
+        release_claims()  # the outputs this command claimed (lock files; a folder made for one and left empty)
         if in_main:  # after an interrupt, further presses must not turn the exit into a traceback
             signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt.hit else old_handler)
     sys.exit(code)

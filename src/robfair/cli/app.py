@@ -345,14 +345,17 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
 
     def prepare():
         # everything that can be refused is refused before the first batch (on every rank): outputs, device, numbers
-        out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups)
-        plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",)) if plot is not None else None
+        # rank 0 claims the outputs it writes (a second robfair process writing them is refused), each rank its state file
+        out_path = _audit_out(out, model=model, split=split, overwrite=overwrite, data=data, groups=groups,
+                              claim=main_rank)
+        plot_path = check_output_file(plot, "--plot", overwrite=overwrite, suffixes=(".png",),
+                                      claim=main_rank) if plot is not None else None
         if out_path is not None and plot_path is not None and out_path.resolve() == plot_path.resolve():
             raise ConfigError("--out and --plot name the same file; give them different paths")
         state_path = None
         if autoattack_state is not None:
             state_path = check_output_file(rank_file(autoattack_state, dist), "--autoattack-state",
-                                           overwrite=overwrite, suffixes=(".json",))
+                                           overwrite=overwrite, suffixes=(".json",), claim=True)
             taken = [p.resolve() for p in (out_path, plot_path) if p is not None]
             if out_path is not None:
                 taken += [outcomes_path(out_path).resolve(), examples_path(out_path).resolve()]
@@ -391,13 +394,18 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
                                                early_exit=early_exit, dist=dist)
     if not main_rank:  # rank 0 writes the files; this rank's part is done
         return
-    if plot_path is not None:  # the figure first: if it fails, no audit.json is left without it
-        from ..report.plots import classwise_bars
+    from ..safeio import ResultSet
 
-        classwise_bars({_display_label(model): rep}, plot_path,
-                       title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
+    with ResultSet() as files:  # the figure, the outcomes and examples, then audit.json: all of them or none
+        if plot_path is not None:
+            from ..report.plots import classwise_bars
+
+            with files.file(plot_path) as tmp:
+                classwise_bars({_display_label(model): rep}, tmp,
+                               title=f"{data} ({split}), eps={eps_value:.4g}, {_attack_label(rep)}")
+        if out_path is not None:
+            rep.save(out_path, bootstrap=bootstrap, extras=extras, into=files)
     if out_path is not None:
-        rep.save(out_path, bootstrap=bootstrap, extras=extras)  # outcomes first, then audit.json
         also = f" and {term(examples_path(out_path))}" if rep.examples is not None else ""
         console.print(f"wrote {term(out_path)}, {term(outcomes_path(out_path))}{also}", highlight=False)
     if plot_path is not None:
@@ -553,13 +561,27 @@ def _run_data(run_dir: Path) -> Optional[str]:
 
 
 def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool,
-               data: Optional[str] = None, groups: Optional[str] = None) -> Optional[Path]:
+               data: Optional[str] = None, groups: Optional[str] = None, claim: bool = False) -> Optional[Path]:
     """Where audit.json goes, checked before anything is computed: a run folder's own audit.json
     is the run's result and only an audit of that run's best.pt on that run's split may replace it
-    (with --overwrite); an audit of another split or model is refused and pointed to another name."""
+    (with --overwrite); an audit of another split or model is refused and pointed to another name.
+    ``claim``: audit.json and its sidecars are claimed for this process (and audit.json checked again)."""
     path = _json_out(out)
     if path is None:
         return None
+    checked = _audit_out_checked(path, model=model, split=split, overwrite=overwrite, data=data, groups=groups,
+                                 claim=claim)
+    if claim:
+        from ..audit.engine import outcomes_path
+        from ..audit.examples import examples_path
+        from ..safeio import claim_outputs
+
+        claim_outputs([outcomes_path(checked), examples_path(checked)], "--out")
+    return checked
+
+
+def _audit_out_checked(path: Path, *, model: str, split: str, overwrite: bool, data: Optional[str],
+                       groups: Optional[str], claim: bool) -> Path:
     run_dir = path.parent
     if is_audit_file(path) and is_run_folder(run_dir):
         own = (not str(model).startswith("robustbench:")
@@ -576,8 +598,8 @@ def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool,
             raise ConfigError(f"--out {path} is the result of the run in {run_dir} (its best.pt on the "
                               f"{run_split} split); an audit of {why} never replaces it - write it elsewhere, e.g. "
                               f"--out {alt}")
-        return check_output_file(path, "--out", overwrite=overwrite, run_owned=True, alt=alt)
-    return check_output_file(path, "--out", overwrite=overwrite, suffixes=(".json",))
+        return check_output_file(path, "--out", overwrite=overwrite, run_owned=True, alt=alt, claim=claim)
+    return check_output_file(path, "--out", overwrite=overwrite, suffixes=(".json",), claim=claim)
 
 
 def _checkpoint_eps(meta: dict) -> float:
@@ -666,7 +688,7 @@ def demo(
     from ..report.text import print_demo
     from ..utils import check_image_eps, resolve_device
 
-    check_output_dir(out, fix="choose another --out (or delete the old demo first)")
+    check_output_dir(out, fix="choose another --out (or delete the old demo first)", claim=True)
     resolve_device(device)
     eps_value = check_image_eps(parse_eps(eps), ("pgd", "fgsm"), allow_large=allow_large_eps)
     budget, tolerance = probe_options(probe, probe_tolerance)

@@ -117,16 +117,18 @@ def certify(
         if getattr(get_attack(check_attack), "norm", None) != "l2":
             raise ConfigError(f"--check-attack must be an L2 attack, got '{check_attack}'; pass e.g. pgd20-l2")
     out_path, oc_path, ck_path = _paths(out, outcomes)
-    from ..safeio import check_output_file
+    from ..safeio import ResultSet, check_output_file, claim_outputs
     from ..utils import resolve_device
 
-    # the outputs are checked before the first noise draw (a run's results are never replaced unless asked)
+    # the outputs are checked and claimed before the first noise draw (a run's results are never replaced unless
+    # asked; a second certify writing them, or resuming the same checkpoint, is refused)
     if out_path is not None:
-        out_path = check_output_file(out_path, "--out", overwrite=overwrite, suffixes=(".json",))
+        out_path = check_output_file(out_path, "--out", overwrite=overwrite, suffixes=(".json",), claim=True)
     if oc_path is not None:
-        oc_path = check_output_file(oc_path, "--outcomes", overwrite=overwrite, suffixes=(".csv",))
+        oc_path = check_output_file(oc_path, "--outcomes", overwrite=overwrite, suffixes=(".csv",), claim=True)
     if html is not None:
-        html = check_output_file(html, "--html", overwrite=overwrite)
+        html = check_output_file(html, "--html", overwrite=overwrite, claim=True)
+    claim_outputs([ck_path], "--out")
     resolve_device(device)
     net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)  # any source audit accepts
     ds = load_dataset(data, split=split, groups=groups)
@@ -163,19 +165,20 @@ def certify(
         from ..report.certify import render_certify_html
 
         page = render_certify_html({_model_label(model): payload}, title=f"certified robustness: {_model_label(model)} on {data}")
-    if oc_path is not None:
-        rep.write_outcomes(oc_path)
-        console.print(f"wrote {term(oc_path)}", highlight=False)
-    if out_path is not None:
-        from ..utils import write_json
+    with ResultSet() as files:  # the outcomes, the page, then certify.json: all of them or none
+        if oc_path is not None:
+            with files.file(oc_path) as tmp:
+                rep.write_outcomes(tmp)
+        if page is not None:
+            with files.file(html) as tmp:
+                tmp.write_text(page, encoding="utf-8")
+        if out_path is not None:
+            from ..utils import write_json
 
-        write_json(out_path, payload)
-        console.print(f"wrote {term(out_path)}", highlight=False)
-    if page is not None:
-        from ..utils import atomic_path
-
-        with atomic_path(html) as tmp:
-            tmp.write_text(page, encoding="utf-8")
-        console.print(f"wrote {term(html)}", highlight=False)
-    if ck_path is not None and ck_path.exists():
+            with files.file(out_path, last=True) as tmp:
+                write_json(tmp, payload)
+    for path in (oc_path, out_path, html):
+        if path is not None:
+            console.print(f"wrote {term(path)}", highlight=False)
+    if ck_path is not None and ck_path.exists():  # the result is in place: the resume checkpoint has done its work
         ck_path.unlink()

@@ -155,16 +155,18 @@ def report(
 
 
 def _check_report_out(out: Path, overwrite: bool) -> None:
-    """The HTML page, its Markdown twin and the CSV folder, checked before any run is read."""
-    from ..safeio import check_output_dir, check_output_file
+    """The HTML page, its Markdown twin and the CSV folder, checked and claimed (a second robfair
+    process writing them is refused) before any run is read."""
+    from ..safeio import check_output_dir, check_output_file, claim_outputs
 
-    html = check_output_file(out, "--out", overwrite=overwrite)
-    check_output_file(html.with_suffix(".md"), "--out (its Markdown twin)", overwrite=overwrite)
+    html = check_output_file(out, "--out", overwrite=overwrite, claim=True)
+    check_output_file(html.with_suffix(".md"), "--out (its Markdown twin)", overwrite=overwrite, claim=True)
     tables = html.parent / f"{html.stem}_tables"
+    check_output_dir(tables, "--out (its CSV folder)", overwrite=True)
+    claim_outputs([tables], "--out (its CSV folder)")  # replaced whole: its lock file is beside it
     if tables.exists() and not overwrite:
         raise ConfigError(f"--out: {tables} already exists (the CSV tables of an earlier report); pass --overwrite "
                           "to replace the report, or choose another --out")
-    check_output_dir(tables, "--out (its CSV folder)", overwrite=True)
 
 
 @app.command()
@@ -188,7 +190,7 @@ def compare(
     if out is not None:
         from ..safeio import check_output_file
 
-        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".md", ".csv", ".json"))
+        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".md", ".csv", ".json"), claim=True)
     if len(name) > len(runs):
         raise ConfigError(f"{len(name)} --name values for {len(runs)} runs; give at most one name per run, in order")
     from ..experiments.compare import unique_labels

@@ -51,7 +51,7 @@ def gaussian(
     from ..theory import gaussian_lab
 
     if out is not None:
-        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".json",))
+        out = check_output_file(out, "--out", overwrite=overwrite, suffixes=(".json",), claim=True)
     if d * n > 200_000_000:
         raise ConfigError(f"--d {d} x --n {n} is {d * n:.2g} numbers (twice: train and test); keep d * n "
                           "below 2e8, e.g. --n 20000 --d 50")

@@ -176,9 +176,12 @@ def train(
     from ..safeio import check_output_dir
     from ..utils import check_image_eps, resolve_device
 
-    # refused before any data is read: the run folder, the device, the radius
+    from ..training.distributed import env_info
+
+    # refused before any data is read: the run folder (claimed by rank 0: a second train or resume of it is
+    # refused), the device, the radius
     check_output_dir(cfg.out, "--out", allow="run" if cfg.resume else None,
-                     fix="pass --resume to continue the run in it, or choose another --out")
+                     fix="pass --resume to continue the run in it, or choose another --out", claim=env_info().is_main)
     resolve_device(cfg.device)
     check_image_eps(cfg.eps, [a for a in (cfg.attack, cfg.val_attack) if a and a.lower() != "none"],
                     allow_large=allow_large_eps)

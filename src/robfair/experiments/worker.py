@@ -34,6 +34,7 @@ from ..audit.eps_sweep import eps_sweep
 from ..data import load_dataset
 from ..errors import RobfairError
 from ..runfolder import RunFolder
+from ..safeio import claim_outputs
 from .config import RunSpec
 from .store import Store, headline_metrics, process_alive, process_start
 from .tracking import TensorBoardCallback
@@ -150,8 +151,9 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
     old = signal.signal(signal.SIGTERM, _on_term) if in_main else None
     old_int = signal.getsignal(signal.SIGINT) if in_main else None
     t0 = time.perf_counter()
-    status, error = "failed", None
+    status, error, folder = "failed", None, None
     try:  # from the claim on, every way out closes it (an interrupt here included)
+        folder = claim_outputs([run_dir], "run folder", inside=True)  # and no `robfair train` writes it meanwhile
         run.remove_orphan_temps()  # the claim is ours: what a killed attempt left can go
         epochs_before = len(run.repair_metrics())
         run.log_attempt("start", resumed_after_epochs=epochs_before, job_id=job_id)
@@ -182,6 +184,8 @@ def execute(run_dir: str | Path, index: str | Path | None = None, *, threads: in
         log.exception("run %s failed", spec.name)
         error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
     finally:
+        if folder is not None:
+            folder.release()
         if in_main:
             signal.signal(signal.SIGTERM, old)
             signal.signal(signal.SIGINT, old_int)

@@ -37,7 +37,7 @@ from .. import __version__
 from ..inert import mpl_rc
 from ..metrics import wilson
 from ..runfolder import RunFolder, is_audit_file, read_jsonl
-from ..utils import atomic_path
+from ..safeio import ResultSet
 from . import plots
 from . import reliability as rel
 from .plots import classwise_bars, tied_min
@@ -510,7 +510,8 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
                  baseline: str | None = None, n_boot: int = 1000, figures: bool = True,
                  extra_warnings: Sequence[str] = (), lead_tables: Sequence[Table] = ()) -> ReportPaths:
     """Write ``out`` (HTML), ``out`` with ``.md`` and ``<stem>_tables/*.csv``. Everything is computed
-    before the first file is written. ``title`` defaults to the runs' common folder; ``lead_tables``
+    before the first file is written; the three are one :class:`~robfair.safeio.ResultSet` (the
+    CSV folder replaced whole, the page last), so a failed write leaves the earlier report. ``title`` defaults to the runs' common folder; ``lead_tables``
     come first (e.g. the leaderboard)."""
     entries = list(entries)
     out = Path(out)
@@ -546,13 +547,15 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
     if probes:
         md_intro += "\n\n" + "\n".join(f"- **{p.run}** ({p.status}): {line}" for p in probes for line in [p.line, *p.flags])
     markdown = to_markdown(tables, title=title, intro=md_intro)
-    with atomic_path(out) as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    md = out.with_suffix(".md")
-    with atomic_path(md) as tmp:
-        tmp.write_text(markdown, encoding="utf-8")
-    csvs = write_csvs(tables, out.parent / f"{out.stem}_tables")
-    return ReportPaths(out, md, csvs)
+    md, folder = out.with_suffix(".md"), out.parent / f"{out.stem}_tables"
+    with ResultSet() as files:  # the CSV folder (replaced whole), the Markdown, then the page: all of them or none
+        with files.folder(folder) as staged:
+            names = [p.name for p in write_csvs(tables, staged)]
+        with files.file(md) as tmp:
+            tmp.write_text(markdown, encoding="utf-8")
+        with files.file(out, last=True) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+    return ReportPaths(out, md, [folder / name for name in names])
 
 
 def escape(s: Any) -> str:
