@@ -56,11 +56,11 @@ from torch import nn
 from ..attacks import get_attack
 from ..attacks.base import Attack, count_passes
 from ..attacks.pgd import FGSM, PGD, Chunk
-from ..errors import AttackError, DataError, ModelError, RobfairError
+from ..errors import AttackError, DataError, RobfairError
 from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
-from ..models import check_model_data
+from ..models.validate import check_input_gradient, check_model_output, guarded, nonfinite_error
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
 from ..utils import atomic_path, resolve_device
@@ -111,6 +111,15 @@ def predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch
         return model(x).argmax(1)
 
 
+@torch.no_grad()
+def clean_predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """:func:`predict`, with -1 for a sample whose logits are not all finite (the caller refuses
+    it; one elementwise test on the logits, no extra synchronization)."""
+    with autocast(x.device, precision):
+        z = model(x)
+    return torch.where(torch.isfinite(z).all(1), z.argmax(1), -1)
+
+
 def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                generator: torch.Generator | None, early_exit: bool = True, precision: str = "fp32",
                warnings: list[str] | None = None,
@@ -143,31 +152,12 @@ def _unknown_steps(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(pred != y, torch.full_like(pred, STEP_UNKNOWN), torch.full_like(pred, NOT_FOOLED))
 
 
-def check_model_output(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
-    """One-line ``ModelError`` when the model does not fit the images or the class count."""
-    spec = getattr(model, "robfair_spec", None)
-    if spec:
-        check_model_data(model, tuple(x.shape[1:]), num_classes)
-        return
-    try:
-        with torch.no_grad():
-            out = model(x[:2])
-    except RuntimeError as e:
-        raise ModelError(
-            f"the model failed on images of shape {tuple(x.shape[1:])} ({str(e).splitlines()[0][:120]}); "
-            "pick the dataset the model was trained for"
-        ) from None
-    if out.ndim != 2 or out.shape[1] != num_classes:
-        raise ModelError(
-            f"the model outputs {tuple(out.shape[1:])} logits but the dataset has {num_classes} classes; "
-            "pick the matching dataset or model"
-        )
-
-
 @contextlib.contextmanager
 def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool | None = False):
-    """The model (DDP unwrapped) in eval mode on ``device``, channels-last if asked; its training
-    mode is restored afterwards."""
+    """The model (DDP unwrapped) in eval mode on ``device``, channels-last if asked, as robfair runs
+    a user's model (:func:`robfair.models.validate.guarded`: fed its own dtype, so float64 / half
+    weights just work, and what its forward raises, in any batch or attack, is a ModelError naming
+    it); its training mode is restored afterwards."""
     if isinstance(model, nn.parallel.DistributedDataParallel):
         model = model.module
     was_training = model.training
@@ -176,7 +166,7 @@ def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool
         model = model.to(memory_format=torch.channels_last)
     model = model.to(device)
     try:
-        yield model
+        yield guarded(model)
     finally:
         model.train(was_training)
 
@@ -480,6 +470,7 @@ def evaluate(
     # PGD attacks refill their active batch across batches (PGD.stream): one pass over the data per
     # attack (and radius of a sweep); every other attack runs batch by batch in the first pass
     refilled = {name for name, atk in named if refill and refills(atk, early_exit)}
+    gradients = any(isinstance(atk, Attack) for _, atk in named)  # robfair's attacks need input gradients
     passes = [(name, atk, j) for name, atk in named if name in refilled
               for j in range(R) if not sweep or radii[j] > 0]  # type: ignore[index]
     total = total_batches * max(1, len(passes))
@@ -497,15 +488,21 @@ def evaluate(
         for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
             if channels_last:
                 x = to_channels_last(x)
-            if b == 0:
+            m = x.shape[0]
+            if b == 0:  # the model's output is checked once, here, on the whole first batch; its logits are kept
                 if not torch.isfinite(x).all():
                     raise DataError("the dataset holds NaN or infinite pixels; clean the data first")
-                check_model_output(net, x, K)
-            m = x.shape[0]
-            clean = predict(net, x, precision)
+                clean = _first_batch(net, x, K, precision, gradients).argmax(1)
+            else:
+                clean = clean_predict(net, x, precision)
             y_all[pos:pos + m] = y.cpu().numpy()
             g_all[pos:pos + m] = g.cpu().numpy()
             clean_all[pos:pos + m] = clean.cpu().numpy()
+            if b and clean_all[pos:pos + m].min() < 0:  # NaN / Inf logits past the first batch
+                bad = int((clean_all[pos:pos + m] < 0).sum())
+                raise nonfinite_error(model, bad, m, f"samples of batch {b + 1} (dataset items {int(idx[pos])}.."
+                                                     f"{int(idx[pos + m - 1])}; the batches before it were finite)",
+                                      precision)
             first = int(idx[pos])  # the dataset index of the batch's first sample seeds its generators
             for name, atk in named:
                 if name in refilled:
@@ -579,6 +576,33 @@ def evaluate(
                 "refilled": [name for name, _ in named if name in refilled]}
     out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
     return out
+
+
+def validate_model(model: nn.Module, dataset: Any, *, batch_size: int = 256, device: str | torch.device | None = "auto",
+                   precision: str = "fp32", channels_last: bool | None = None, gradients: bool = True) -> None:
+    """The check :func:`evaluate` makes on its first batch, alone (``robfair leaderboard`` runs it on
+    every model before the first audit starts): the model takes the dataset's first batch and
+    returns finite (N, K) logits, with input gradients when ``gradients``; else one ModelError line."""
+    if len(dataset) == 0:
+        raise DataError("the dataset is empty; check the path and the split")
+    dev = resolve_device(device)
+    precision = check_precision(precision, dev, what="precision")
+    channels_last = wants_channels_last(model, channels_last)
+    x, _y, _g = next(iter(dataset.batches(int(batch_size), device=dev)))
+    if channels_last:
+        x = to_channels_last(x)
+    with evaluation_model(model, dev, channels_last) as net:
+        _first_batch(net, x, dataset.num_classes, precision, gradients)
+
+
+def _first_batch(net: nn.Module, x: torch.Tensor, num_classes: int, precision: str, gradients: bool) -> torch.Tensor:
+    """The first batch's logits under ``precision``, checked (:func:`robfair.models.validate.
+    check_model_output`; with ``gradients``, also that they have input gradients)."""
+    with autocast(x.device, precision):
+        z = check_model_output(net, x, num_classes, precision=precision)
+    if gradients:
+        check_input_gradient(net, x)
+    return z
 
 
 def refills(attack: Any, early_exit: bool) -> bool:

@@ -217,16 +217,19 @@ def _widen_to_model(model: Any, ds: Dataset) -> Dataset:
         dev = next(iter(model.parameters())).device
     except (StopIteration, AttributeError, RuntimeError):
         dev = torch.device("cpu")
+    # lazy: layering (data sits below models)
+    from ..models.validate import guarded
+
     was_training = model.training
     model.eval()  # never a train-mode forward: it would update BatchNorm statistics
     try:
         with torch.no_grad():
-            out = model(ds.images(slice(0, 1)).to(dev))
-    except Exception:  # the audit's own model check reports a model that does not fit the data
+            out = guarded(model)(ds.images(slice(0, 1)).to(dev))
+        k = int(out.shape[-1]) if isinstance(out, torch.Tensor) and out.ndim == 2 else ds.num_classes
+    except (Exception, SystemExit):  # noqa: BLE001 - the audit's own model check names what the model did
         return ds
     finally:
         model.train(was_training)
-    k = int(out.shape[-1]) if out.ndim == 2 else ds.num_classes
     if k <= ds.num_classes:
         return ds
     return Dataset(x=ds.x, y=ds.y, classes=[str(i) for i in range(k)], g=ds.g, groups=ds.groups, name=ds.name)
