@@ -136,10 +136,15 @@ def import_arch(arch: str) -> Any:
         sys.modules[mod_name] = module
         try:
             spec.loader.exec_module(module)
+        except SystemExit as e:  # the file's script part ran on import: the user's code, not a reason to stop
+            del sys.modules[mod_name]
+            raise ModelError(f"importing --arch file {file} called sys.exit({e.code!r}); put the file's script part "
+                             "under `if __name__ == \"__main__\":` so importing it only defines the model") from None
         except Exception as e:
             del sys.modules[mod_name]
-            raise ModelError(f"importing {file} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
-                             "fix the file so `python FILE.py` runs") from None
+            raise ModelError(f"importing --arch file {file} failed ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120] if str(e) else ''}); fix the file so `python FILE.py` "
+                             "runs") from None
     else:
         try:
             module = importlib.import_module(where)
@@ -163,6 +168,13 @@ def build_arch(arch: Any, arch_kwargs: Mapping[str, Any] | None = None) -> nn.Mo
     except TypeError as e:
         raise ModelError(f"building {getattr(factory, '__name__', factory)}(**{kwargs}) failed ({e}); "
                          "pass the constructor's arguments with --arch-kwargs '{\"width\": 32}'") from None
+    except (KeyboardInterrupt, ModelError):
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's constructor: what it raises is its own
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise ModelError(f"building {getattr(factory, '__name__', factory)}(**{kwargs}) raised {type(e).__name__}"
+                         f"{': ' + first if first else ''}; fix the constructor, or pass its arguments with "
+                         "--arch-kwargs") from None
     if not isinstance(net, nn.Module):
         raise ModelError(f"{getattr(factory, '__name__', factory)} returned a {type(net).__name__}, not a torch.nn.Module; "
                          "pass a module class or a function that returns one")
@@ -263,23 +275,25 @@ def _classes_from(value: Any) -> list[str] | None:
 
 # ============================================================================== exported / scripted programs
 class _FixedBatch(nn.Module):
-    """Runs a program exported for one batch size on any batch: chunks, pads the last chunk, trims."""
+    """Runs a program exported for one batch size (or a range ``low..batch`` of them) on any batch:
+    chunks of at most ``batch``, a chunk below ``low`` padded with copies of its last image, trimmed."""
 
-    def __init__(self, net: nn.Module, batch: int) -> None:
+    def __init__(self, net: nn.Module, batch: int, low: int | None = None) -> None:
         super().__init__()
         self.net = net
         self.batch = batch
+        self.low = batch if low is None else low
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b = self.batch
-        if x.shape[0] == b:
+        b, lo = self.batch, self.low
+        if lo <= x.shape[0] <= b:
             return self.net(x)
         outs = []
         for i in range(0, x.shape[0], b):
             chunk = x[i:i + b]
             m = chunk.shape[0]
-            if m < b:
-                chunk = torch.cat([chunk, chunk[-1:].expand(b - m, *chunk.shape[1:])])
+            if m < lo:
+                chunk = torch.cat([chunk, chunk[-1:].expand(lo - m, *chunk.shape[1:])])
             outs.append(self.net(chunk)[:m])
         return torch.cat(outs)
 
@@ -300,6 +314,27 @@ class _Exported(nn.Module):
         return self.net(x)
 
 
+def _export_input(ep: Any) -> tuple[tuple[int, int | None] | None, tuple[int | None, ...] | None]:
+    """The batch sizes a ``torch.export`` program accepts (``(low, high)``, high None: no bound)
+    and the fixed sizes of its image dimensions (None where dynamic), from its first user input."""
+    inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs]
+    shape = inputs[0].meta["val"].shape if inputs else None
+    if shape is None:
+        return None, None
+
+    def bounds(d: Any) -> tuple[int, int | None] | None:
+        if isinstance(d, int):
+            return int(d), int(d)
+        vr = ep.range_constraints.get(getattr(getattr(d, "node", None), "expr", None))
+        if vr is None:
+            return None
+        lo, hi = vr.lower, vr.upper
+        return int(lo), None if bool(hi > 2**31) else int(hi)  # torch's int_oo: no upper bound
+
+    image = tuple(int(d) if isinstance(d, int) else None for d in shape[1:])
+    return bounds(shape[0]), image
+
+
 def _load_export(path: Path) -> nn.Module:
     try:
         ep = torch.export.load(str(path))
@@ -307,18 +342,20 @@ def _load_export(path: Path) -> nn.Module:
         raise ModelError(f"cannot read {path} as a torch.export program ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
                          f"re-export it with torch.export.save (torch {torch.__version__} reads it)") from None
     net = ep.module()
-    batch = None
     try:
-        inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs]
-        shape = inputs[0].meta["val"].shape if inputs else None
-        if shape is not None and isinstance(shape[0], int):
-            batch = int(shape[0])
+        batch, image = _export_input(ep)
     except Exception:  # pragma: no cover - metadata layout differs across torch versions
-        batch = None
+        batch, image = None, None
     model: nn.Module = _Exported(net)
-    if batch is not None:
-        log.info("%s was exported for batch size %d; running it in chunks of that size", path, batch)
-        model = _FixedBatch(model, batch)
+    if batch is not None and (batch[0] > 1 or batch[1] is not None):
+        lo, hi = batch
+        if hi is not None and lo == hi:
+            log.info("%s was exported for batch size %d; running it in chunks of that size", path, hi)
+        else:
+            log.info("%s was exported for batch sizes %d..%s; running it in chunks within them", path, lo, hi)
+        model = _FixedBatch(model, hi if hi is not None else max(lo, 1 << 30), low=lo)
+    if image is not None:
+        model.robfair_input_shape = image  # the image shape its guards fix: checked against the data up front
     return model
 
 
@@ -451,7 +488,21 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
 
     ``arch``: ``"FILE.py:NAME"``, ``"module:NAME"``, a class or a factory, required for a bare state
     dict or a safetensors file; ``arch_kwargs`` its constructor arguments. ``model_dir``: RobustBench's
-    model folder for ``robustbench:NAME``. Raises a one-line :class:`ModelError` naming the forms."""
+    model folder for ``robustbench:NAME``. Raises a one-line :class:`ModelError` naming the forms.
+    The model carries ``robfair_source`` (``spec`` as given), so a fault of the model's own (its
+    forward raising, a tuple for logits, NaN) is named after its file."""
+    model, meta = _load_any(spec, arch=arch, arch_kwargs=arch_kwargs, model_dir=model_dir, map_location=map_location)
+    code = arch if arch is None or isinstance(arch, str) else getattr(arch, "__name__", type(arch).__name__)
+    try:
+        model.robfair_source = str(spec) if code is None else f"{spec} ({code})"
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - a module refusing new attributes
+        pass
+    return model, meta
+
+
+def _load_any(spec: str | os.PathLike, *, arch: Any, arch_kwargs: Mapping[str, Any] | None,
+              model_dir: str | os.PathLike | None, map_location: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`load_any` without the source tag."""
     if isinstance(spec, str) and spec.startswith("robustbench:"):
         if arch is not None:
             raise ModelError("robustbench models bring their architecture; drop --arch")
