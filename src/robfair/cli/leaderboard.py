@@ -71,7 +71,7 @@ def leaderboard(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:
     """Audit several models under the same attacks and rank them by worst-class robust accuracy (table + HTML page)."""
-    from ..audit import audit as run_audit
+    from ..audit import audit as run_audit, validate_model
     from ..data import load_dataset
     from ..models import with_normalization
     from ..report.html import write_report
@@ -100,6 +100,7 @@ def leaderboard(
             net = with_normalization(net, _parse_stats(mean, "mean"), _parse_stats(std, "std"))
             meta = {**meta, "normalization": {"mean": mean, "std": std}}
         ds = _check_classes(meta, base, class_map)
+        validate_model(net, ds, batch_size=batch_size, device=device)  # its first batch, before any audit runs
         loaded.append((m, net, meta, ds))
     entries = []
     for label, (m, net, meta, ds) in zip(_unique([_display_label(m) for m in models]), loaded):
