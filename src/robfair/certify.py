@@ -48,7 +48,7 @@ from .metrics import GroupReport, wilson
 from .models import check_model_data, load_any
 from .metrics.stats import check_alpha, cp_lower, cp_upper, mcnemar_exact  # noqa: F401 (cp_upper: part of this API)
 from .seeding import make_generator, noise_seed
-from .utils import atomic_path, resolve_device, to_jsonable
+from .utils import atomic_path, input_file, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -426,7 +426,7 @@ class CertifyReport:
         """Rebuild a report from :meth:`write_outcomes`' file (bit for bit)."""
         path = Path(path)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(input_file(path, "certify outcomes", error=DataError), encoding="utf-8") as f:
                 first = f.readline()
                 header = json.loads(first[2:]) if first.startswith("# ") else None
                 df = pd.read_csv(f)
@@ -472,7 +472,7 @@ def _load_state(path: Path, fingerprint: str, total: int) -> tuple[np.ndarray, d
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, "certify checkpoint", error=DataError), allow_pickle=False) as z:
             if str(z["schema"]) != CHECKPOINT_SCHEMA:
                 raise ValueError
             fp = str(z["fingerprint"])

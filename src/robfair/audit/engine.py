@@ -62,6 +62,7 @@ from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
 from ..models import check_model_data
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
+from ..safeio import input_file
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
 from ..utils import atomic_path, resolve_device
 from .checks import outcome_warnings
@@ -332,7 +333,7 @@ class Outcomes:
 
     @classmethod
     def load(cls, path: str | Path) -> "Outcomes":
-        with read_npz(path, OUTCOMES_SCHEMA) as (header, z):
+        with read_npz(path, OUTCOMES_SCHEMA, "outcomes") as (header, z):
             attacks = header["attacks"]
             return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
                        adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
@@ -361,18 +362,21 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
 
 
 @contextlib.contextmanager
-def read_npz(path: str | Path, schema: str):
+def read_npz(path: str | Path, schema: str, what: str = "file"):
     """``(header, arrays)`` of a file of :func:`write_npz` whose header has ``schema``; a missing,
-    truncated or foreign file (or a missing array, read inside the block) is a one-line RobfairError."""
+    truncated or foreign file, one that is no regular file (a FIFO: never opened), or a missing array
+    (read inside the block) is a one-line RobfairError."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, what), allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode())
             if not isinstance(header, dict) or header.get("schema") != schema:
                 raise ValueError("schema")
             yield header, z
     except FileNotFoundError:
         raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
+    except IsADirectoryError:
+        raise RobfairError(f"{what} {path} is a folder, not a file; remove it or re-run the audit") from None
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
         raise RobfairError(f"{path} is truncated or not a robfair file of schema {schema}; re-run the audit") from None
 
