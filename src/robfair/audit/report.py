@@ -30,7 +30,7 @@ from .. import __version__
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
-from ..data.coerce import audit_inputs
+from ..data.coerce import audit_class_order, audit_inputs
 from ..runfolder import audit_file, audit_target
 from ..safeio import read_json
 from ..utils import parse_eps, to_jsonable, write_json
@@ -270,6 +270,9 @@ def audit(
         report, equal to one process's (:mod:`robfair.audit.distributed`); None: this process alone.
     """
     model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
+    order = audit_class_order(model, dataset, classes)
+    if order.get("note"):
+        log.info("%s", order["note"])
     if batch_size < 1:
         raise RobfairError(f"batch size must be >= 1, got {batch_size}")
     if not attacks:
@@ -291,6 +294,7 @@ def audit(
         "n": out.n,
         "num_classes": dataset.num_classes,
         "classes": list(dataset.classes),
+        "class_order": order,
         "groups": list(dataset.group_names),
         "model": getattr(model, "robfair_spec", {"name": type(model).__name__}),
         "attacks": names,

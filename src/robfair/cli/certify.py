@@ -139,7 +139,7 @@ def certify(
     with _progress() as p:
         rep = C.certify(net, ds, sigma_v, n0=n0, n=n, alpha=alpha, batch_size=batch_size, radii=radii, seed=seed,
                         device=device, per_class=per_class, skip=skip, checkpoint=ck_path, progress=_Bars(p))
-    rep.meta.update(checkpoint=str(model), data=data, split=split)
+    rep.meta.update(checkpoint=str(model), data=data, split=split, class_order=meta.get("class_order"))
     if check_r is not None:
         with _progress() as p:
             C.attack_check(net, ds, rep, check_r, attack=check_attack, per_class=check_per_class,

@@ -156,6 +156,29 @@ def check_class_order(model_classes: Sequence[str] | None, data_classes: Sequenc
                         "--class-map (Python: audit(..., classes=[...])) or pick the matching data")
 
 
+def class_order(model_classes: Sequence[str] | None, data_classes: Sequence[str], *, stated: bool = False,
+                what: str = "the model") -> dict[str, Any]:
+    """How the dataset's labels were matched to the model's outputs, for ``audit.json``'s
+    ``meta.class_order``: ``{"status": "checked"}`` (the names the model stores equal the dataset's,
+    order included; a mismatch is :func:`check_class_order`'s ``DataError``), ``{"status": "stated"}``
+    (``--class-map`` / ``classes=`` gave the order) or ``{"status": "unchecked", "note": ...}``: the
+    model stores no class names (or only unnamed ones), said once so that a silent skip never passes
+    for a check."""
+    if stated:
+        return {"status": "stated"}
+    check_class_order(model_classes, data_classes, what=what)
+    if model_classes is not None and list(model_classes) == list(data_classes):
+        return {"status": "checked"}
+    shown = ", ".join(list(data_classes)[:4]) + (", ..." if len(data_classes) > 4 else "")
+    why = ("stores no class names" if model_classes is None else
+           "stores only unnamed classes (0, 1, ...)" if _default_names(model_classes) else
+           "names its classes but the dataset's are unnamed (0, 1, ...)")
+    return {"status": "unchecked",
+            "note": f"{what} {why}, so its class order was not checked: output k is taken to be the dataset's "
+                    f"class k ({shown}); store the names in the model file or state them with --class-map "
+                    "(Python: classes=[...])"}
+
+
 def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """``--class-map``: ``model`` (use the model's stored order), ``DATA=MODEL,...`` renames (then the
     model's order), a comma list of the model's classes in output order, or a .json/.yaml file with
@@ -253,3 +276,10 @@ def audit_inputs(model: Any, data: Any, *, mean: Any = None, std: Any = None,
     else:
         check_class_order(model_classes(model), ds.classes)
     return model, ds
+
+
+def audit_class_order(model: Any, ds: Dataset, classes: Sequence[str] | None) -> dict[str, Any]:
+    """:func:`class_order` of an audit after :func:`audit_inputs` (``classes``: what the caller passed)."""
+    from ..models.sources import model_classes  # lazy: layering (as audit_inputs)
+
+    return class_order(model_classes(model), ds.classes, stated=classes is not None)
