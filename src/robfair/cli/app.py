@@ -30,6 +30,15 @@ app = typer.Typer(
 console = Console(width=None if Console().is_terminal else 150)
 err_console = Console(stderr=True)
 
+#: the checkpoint an interrupted command resumes from, set by the command once it knows the path
+#: (certify's partial file, train's last.pt); the interrupt line names it only if the file exists
+RESUME_FROM: list[Path] = []
+
+
+def resume_from(path: Path | None) -> None:
+    """Tell the error boundary which file an interrupted run of this command resumes from."""
+    RESUME_FROM[:] = [] if path is None else [Path(path)]
+
 
 def _version(value: bool) -> None:
     if value:
