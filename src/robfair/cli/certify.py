@@ -11,7 +11,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import CERTIFY_FILE
-from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_number
+from ..utils import MAX_BOOTSTRAP, MAX_SEED, input_file, parse_number
 from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, MODEL_OPTION,
                   STD_OPTION, _Bars, _progress, app, console, err_console, resume_from)
 
@@ -136,6 +136,7 @@ def certify(
         if restart:
             ck_path.unlink()
         else:
+            input_file(ck_path, "certify checkpoint", error=ConfigError)  # a FIFO there: refused, never read
             err_console.print(f"resuming from {ck_path} (pass --restart to start over)", highlight=False)
     resume_from(ck_path)  # an interrupt names it only once it exists
     with _progress() as p:
