@@ -279,11 +279,17 @@ def test_a_fifo_in_a_run_folder_is_refused_not_read(world, tmp_path, capsys, wha
         refused(argv, capsys, tmp_path, "named pipe")
 
 
-@pytest.mark.parametrize("case", ["data", "config", "model", "certify-checkpoint"])
+@pytest.mark.parametrize("case", ["data", "config", "model", "certify-checkpoint", "arch", "arch-kwargs", "class-map"])
 def test_fifo_inputs_are_refused_at_once(world, tmp_path, capsys, case):
-    fifo = tmp_path / {"data": "x.npz", "config": "c.yaml", "model": "m.pt", "certify-checkpoint": ".certify.partial.npz"}[case]
+    fifo = tmp_path / {"data": "x.npz", "config": "c.yaml", "model": "m.pt", "certify-checkpoint": ".certify.partial.npz",
+                       "arch": "net.py", "arch-kwargs": "kw.json", "class-map": "map.yaml"}[case]
     os.mkfifo(fifo)
-    argv = {"data": [*AUDIT, "--model", world.root / "right_lines.ts", "--data", f"npz:{fifo}"],
+    weights = [*AUDIT, "--model", world.root / "swapped.safetensors", "--data", f"npz:{world.root / 'data.npz'}"]
+    argv = {"arch": [*weights, "--arch", f"{fifo}:Linear"],
+            "arch-kwargs": [*weights, "--arch", f"{world.root / 'linear.py'}:Linear", "--arch-kwargs", fifo],
+            "class-map": [*AUDIT, "--model", world.root / "right_lines.ts", "--data", f"npz:{world.root / 'data.npz'}",
+                          "--class-map", fifo],
+            "data": [*AUDIT, "--model", world.root / "right_lines.ts", "--data", f"npz:{fifo}"],
             "config": ["train", "--config", fifo, "--out", tmp_path / "run"],
             "model": [*AUDIT, "--model", fifo, "--data", f"npz:{world.root / 'data.npz'}"],
             "certify-checkpoint": ["certify", "--model", world.root / "right_lines.ts", "--data",

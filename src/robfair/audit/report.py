@@ -247,12 +247,15 @@ class AuditReport(ReportViews):
         if set(self.reports) != set(other.reports):
             raise RobfairError("cannot merge audits with different attacks; audit every shard with the same --attack list")
         merged = {k: self.reports[k].merge(other.reports[k]) for k in self.reports}
-        out = AuditReport(merged, meta={**self.meta, "n": self.meta.get("n", 0) + other.meta.get("n", 0)})
+        meta = {k: v for k, v in self.meta.items() if k not in ("audit_id", "fingerprint")}  # a shard's, not the whole's
+        out = AuditReport(merged, meta={**meta, "n": self.meta.get("n", 0) + other.meta.get("n", 0)})
         out.warnings = sanity_warnings(out.reports)
         if self.outcomes is not None and other.outcomes is not None:
             a, b = self.outcomes, other.outcomes
             if not np.intersect1d(a.index, b.index).size:  # shards of one dataset (global indices)
                 out.outcomes = Outcomes.concat([a, b])
+                out.meta["fingerprint"] = out.fingerprint()
+                out.meta["audit_id"] = out.outcomes.meta["audit_id"] = out.content_id()
         return out
 
 

@@ -240,7 +240,7 @@ def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[lis
     such a list or mapping. Returns (model classes in output order, renames dataset->model)."""
     value: Any = text
     p = Path(str(text)).expanduser()
-    if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file():
+    if p.suffix.lower() in (".json", ".yaml", ".yml") and p.exists() and not p.is_dir():  # a FIFO: refused by the reader
         try:
             value = load_yaml(p, "--class-map file", error=DataError)
         except yaml.YAMLError as e:

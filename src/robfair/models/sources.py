@@ -39,7 +39,7 @@ import yaml
 from torch import nn
 
 from ..errors import ModelError
-from ..safeio import read_text_capped, yaml_loads
+from ..safeio import input_file, read_text_capped, yaml_loads
 from . import checkpoint as _ckpt
 from .factory import create
 
@@ -126,6 +126,8 @@ def import_arch(arch: str) -> Any:
         raise ModelError(f"--arch {arch!r} must be FILE.py:NAME with NAME a class or function, e.g. mynet.py:SmallCNN")
     file = Path(where).expanduser()
     if where.endswith(".py") or file.exists():
+        if file.exists() and not file.is_dir():
+            input_file(file, "--arch file", error=ModelError)  # a FIFO or device: refused, never imported
         if not file.is_file():
             raise ModelError(f"--arch file {file} does not exist; pass the .py file that defines {name}")
         mod_name = f"robfair_user_arch_{abs(hash(str(file.resolve())))}"
@@ -174,7 +176,7 @@ def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
     if text is None or not str(text).strip():
         return {}
     p = Path(str(text)).expanduser()
-    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file()
+    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.exists() and not p.is_dir()
     src = read_text_capped(p, "--arch-kwargs file", error=ModelError) if is_file else str(text)
     try:
         value = yaml_loads(src, "--arch-kwargs", error=ModelError)  # YAML is a superset of JSON
