@@ -31,7 +31,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ from .models import load_any
 from .models.validate import check_model_output, guarded, nonfinite_error
 from .metrics.stats import check_alpha, cp_lower, cp_upper, mcnemar_exact  # noqa: F401 (cp_upper: part of this API)
 from .seeding import make_generator, noise_seed
-from .utils import atomic_path, resolve_device, to_jsonable
+from .utils import atomic_path, input_file, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,33 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
 
 
 # ============================================================================== noise sampling
-def _chunks(num: int, batch_size: int) -> list[int]:
+#: noise draws per sample (``n0`` and ``n`` each) that certify runs at most: a billion draws of one
+#: sample are already a million forwards of 1000 (Cohen et al. certify with n = 100000)
+MAX_DRAWS = 10**9
+
+
+def check_draws(n0: Any, n: Any, batch_size: Any, *, cli: bool = False) -> None:
+    """One-line ``ConfigError`` for noise-draw counts that are not positive integers or beyond
+    :data:`MAX_DRAWS`, before anything runs (``cli``: the message names the options)."""
+    for what, opt, v in (("n0", "--n0", n0), ("n", "--n", n), ("batch_size", "--batch-size", batch_size)):
+        name = opt if cli else what
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if what != "batch_size" and v > MAX_DRAWS:
+            given, fix = (f"{opt} {v}", f"{opt} {100 if what == 'n0' else 100000}") if cli else \
+                (f"{what}={v}", f"{what}={100 if what == 'n0' else 100000}")
+            raise ConfigError(f"{given} is beyond what certify can run: at most {MAX_DRAWS} noise draws per sample "
+                              f"(already a million forwards of 1000 draws, hours per sample); pass e.g. {fix} "
+                              "(Cohen et al. use n0 100, n 100000)")
+
+
+def _chunks(num: int, batch_size: int) -> Iterator[int]:
+    """Sizes of the forwards one sample's ``num`` draws are split into (never a list: ``num`` may be large)."""
     q, r = divmod(num, batch_size)
-    return [batch_size] * q + ([r] if r else [])
+    for _ in range(q):
+        yield batch_size
+    if r:
+        yield r
 
 
 class NoiseCounter:
@@ -165,8 +189,7 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     two-sided binomial test of the top two counts does not reject equality at level ``alpha``; with
     probability >= 1 - alpha a returned class is g(x). ``keys`` seed each input's noise (default 0..N-1)."""
     check_alpha(alpha)
-    if n < 1 or batch_size < 1:
-        raise ConfigError(f"predict needs n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
+    check_draws(1, n, batch_size)
     dev = resolve_device(device)
     keys = list(range(x.shape[0])) if keys is None else [int(k) for k in keys]
     was = model.training
@@ -433,7 +456,7 @@ class CertifyReport:
         """Rebuild a report from :meth:`write_outcomes`' file (bit for bit)."""
         path = Path(path)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(input_file(path, "certify outcomes", error=DataError), encoding="utf-8") as f:
                 first = f.readline()
                 header = json.loads(first[2:]) if first.startswith("# ") else None
                 df = pd.read_csv(f)
@@ -479,7 +502,7 @@ def _load_state(path: Path, fingerprint: str, total: int) -> tuple[np.ndarray, d
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, "certify checkpoint", error=DataError), allow_pickle=False) as z:
             if str(z["schema"]) != CHECKPOINT_SCHEMA:
                 raise ValueError
             fp = str(z["fingerprint"])
@@ -554,9 +577,7 @@ def certify(
     progress: ``(stage, done, total)`` callback, called after each block of samples.
     """
     sigma = _positive(sigma, "sigma")
-    for what, v in (("n0", n0), ("n", n), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{what} must be a positive integer, got {v!r}")
+    check_draws(n0, n, batch_size)
     check_alpha(alpha)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
@@ -631,7 +652,7 @@ def certify(
         except BaseException as e:
             if ck_path is not None and done.any() and not isinstance(e, ModelError):  # the model's fault: no resume
                 _save_state(ck_path, fp, done, state)
-                log.warning("certify interrupted: %d of %d samples saved in %s; rerun to resume",
+                log.info("certify interrupted: %d of %d samples saved in %s; rerun to resume",
                             int(done.sum()), total, ck_path)
             raise
         if ck_path is not None:

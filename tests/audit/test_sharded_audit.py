@@ -19,7 +19,8 @@ from robfair.audit.distributed import RankFailed, settle, shard_batches
 from robfair.training.distributed import DistInfo
 
 #: per-run fields: wall times, and which ranks ran (the device string names this rank's device)
-PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time"}
+PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time",
+           "sha256"}  # outcomes.npz's seal covers its header, which holds the wall times
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import io
 import json
 import logging
@@ -62,6 +63,7 @@ from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
 from ..models.validate import check_input_gradient, check_model_output, guarded, nonfinite_error
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
+from ..safeio import input_file
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
 from ..utils import atomic_path, resolve_device
 from .checks import outcome_warnings
@@ -298,6 +300,12 @@ class Outcomes:
                        meta=dict(first.meta))
         return out.select(order)
 
+    def data_fingerprint(self) -> dict[str, Any]:
+        """What identifies the samples these outcomes are of, in their order: how many, and a hash of
+        their dataset indices, labels and group ids (:func:`digest`). Two evaluations of the same
+        samples have the same fingerprint; audit.json records it (``meta.fingerprint``)."""
+        return {"n": self.n, "indices": digest(self.index), "labels": digest(self.y), "groups": digest(self.group)}
+
     def same_samples(self, other: "Outcomes") -> bool:
         """True when ``other`` covers exactly the same samples (indices, labels and groups)."""
         return (self.index.shape == other.index.shape and np.array_equal(self.index, other.index)
@@ -312,18 +320,23 @@ class Outcomes:
                   "group_names": list(self.group_names), "has_groups": bool(self.has_groups),
                   "radii": self.radii, "eps": self.eps, "min_eps": list(self.min_eps), "meta": self.meta}
         arrays: dict[str, np.ndarray] = {"index": self.index, "y": self.y, "group": self.group,
-                                         "clean_pred": self.clean_pred, "header": npz_header(header)}
+                                         "clean_pred": self.clean_pred}
         for i, name in enumerate(attacks):
             arrays[f"adv_pred_{i}"] = self.adv_pred[name]
             arrays[f"first_step_{i}"] = self.first_step[name]
         for i, key in enumerate(self.min_eps):
             arrays[f"min_eps_{i}"] = self.min_eps[key]
+        header["sha256"] = seal(arrays, header)  # a file changed after it was written is refused by load
+        arrays["header"] = npz_header(header)
         return write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> "Outcomes":
-        with read_npz(path, OUTCOMES_SCHEMA) as (header, z):
+        with read_npz(path, OUTCOMES_SCHEMA, "outcomes") as (header, z):
             attacks = header["attacks"]
+            if "sha256" in header and seal({k: z[k] for k in z.files if k != "header"}, header) != header["sha256"]:
+                raise RobfairError(f"{path} was changed after robfair wrote it (its arrays do not match the checksum "
+                                   "it records); re-run the audit, or delete it to use audit.json alone")
             return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
                        adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
                        first_step={a: z[f"first_step_{i}"] for i, a in enumerate(attacks)},
@@ -334,6 +347,24 @@ class Outcomes:
 
 
 # ============================================================================ npz files
+def digest(a: np.ndarray) -> str:
+    """A short hash (16 hex digits of SHA-256) of an integer array's values, in order."""
+    return hashlib.sha256(np.ascontiguousarray(a, dtype="<i8").tobytes()).hexdigest()[:16]
+
+
+def seal(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> str:
+    """SHA-256 of a file's header (its JSON, less the seal itself) and every array (name, dtype, shape,
+    bytes): recorded in the header, it tells a file edited outside robfair from the one written."""
+    h = hashlib.sha256()
+    plain = json.loads(json.dumps({k: v for k, v in header.items() if k != "sha256"}, default=str))
+    h.update(json.dumps(plain, sort_keys=True).encode())
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def npz_header(header: dict[str, Any]) -> np.ndarray:
     """A JSON header as the uint8 array stored under ``"header"`` (no pickles in the file)."""
     return np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
@@ -351,18 +382,21 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
 
 
 @contextlib.contextmanager
-def read_npz(path: str | Path, schema: str):
+def read_npz(path: str | Path, schema: str, what: str = "file"):
     """``(header, arrays)`` of a file of :func:`write_npz` whose header has ``schema``; a missing,
-    truncated or foreign file (or a missing array, read inside the block) is a one-line RobfairError."""
+    truncated or foreign file, one that is no regular file (a FIFO: never opened), or a missing array
+    (read inside the block) is a one-line RobfairError."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, what), allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode())
             if not isinstance(header, dict) or header.get("schema") != schema:
                 raise ValueError("schema")
             yield header, z
     except FileNotFoundError:
         raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
+    except IsADirectoryError:
+        raise RobfairError(f"{what} {path} is a folder, not a file; remove it or re-run the audit") from None
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
         raise RobfairError(f"{path} is truncated or not a robfair file of schema {schema}; re-run the audit") from None
 

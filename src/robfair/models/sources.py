@@ -39,7 +39,7 @@ import yaml
 from torch import nn
 
 from ..errors import ModelError
-from ..safeio import read_text_capped, yaml_loads
+from ..safeio import input_file, read_text_capped, yaml_loads
 from . import checkpoint as _ckpt
 from .factory import create
 
@@ -126,6 +126,8 @@ def import_arch(arch: str) -> Any:
         raise ModelError(f"--arch {arch!r} must be FILE.py:NAME with NAME a class or function, e.g. mynet.py:SmallCNN")
     file = Path(where).expanduser()
     if where.endswith(".py") or file.exists():
+        if file.exists() and not file.is_dir():
+            input_file(file, "--arch file", error=ModelError)  # a FIFO or device: refused, never imported
         if not file.is_file():
             raise ModelError(f"--arch file {file} does not exist; pass the .py file that defines {name}")
         mod_name = f"robfair_user_arch_{abs(hash(str(file.resolve())))}"
@@ -186,7 +188,7 @@ def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
     if text is None or not str(text).strip():
         return {}
     p = Path(str(text)).expanduser()
-    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file()
+    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.exists() and not p.is_dir()
     src = read_text_capped(p, "--arch-kwargs file", error=ModelError) if is_file else str(text)
     try:
         value = yaml_loads(src, "--arch-kwargs", error=ModelError)  # YAML is a superset of JSON
@@ -262,15 +264,42 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
                          "safetensors.torch.save_file") from None
 
 
-def _classes_from(value: Any) -> list[str] | None:
+def _classes_from(value: Any, path: Path | None = None, where: str = "classes") -> list[str] | None:
+    """The class names a model file stores: a JSON list (``json.dumps(names)``), or text with one
+    name a line (or comma-separated), as ``str`` or as the ``bytes`` TorchScript's and torch.export's
+    extra files come back as; a list or tuple of names; a mapping ``{index: name}`` or
+    ``{name: index}``. None when nothing is stored (empty, or only a class count);
+    ``ModelError`` (one line) when something is stored that is no list of names, so a class order the
+    file claims is never silently dropped."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ModelError(f"{path}: its {where} entry is not UTF-8 text; store the class names as "
+                             "json.dumps(names)") from None
     if isinstance(value, str):
+        if not value.strip():
+            return None
         try:
             value = json.loads(value)
         except ValueError:
             value = [s for s in value.replace(",", "\n").splitlines() if s.strip()]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(c, (str, int)) for c in value):
-        return [str(c).strip() for c in value]
-    return None
+    if value is None or isinstance(value, (int, float)) or (isinstance(value, (list, tuple, dict)) and not value):
+        return None  # nothing stored, or only a count
+    if isinstance(value, dict):  # {index: name} (idx_to_class) or {name: index} (class_to_idx)
+        keys, vals = list(value), list(value.values())
+        if all(str(k).lstrip("-").isdigit() for k in keys):
+            value = [value[k] for k in sorted(keys, key=lambda k: int(k))]
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and sorted(vals) == list(range(len(vals))):
+            value = sorted(keys, key=lambda k: value[k])
+    if isinstance(value, (list, tuple)) and all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in value):
+        names = [str(c).strip() for c in value]
+        if len(set(names)) != len(names) or not all(names):
+            raise ModelError(f"{path}: its {where} entry names the classes {names}, which are not unique and "
+                             "non-empty; store one distinct name per output, in output order")
+        return names
+    raise ModelError(f"{path}: its {where} entry is a {type(value).__name__}, not a list of class names; store "
+                     "them as json.dumps(names) (one name per output, in output order)")
 
 
 # ============================================================================== exported / scripted programs
@@ -335,9 +364,10 @@ def _export_input(ep: Any) -> tuple[tuple[int, int | None] | None, tuple[int | N
     return bounds(shape[0]), image
 
 
-def _load_export(path: Path) -> nn.Module:
+def _load_export(path: Path) -> tuple[nn.Module, list[str] | None]:
+    extra = {"classes": ""}
     try:
-        ep = torch.export.load(str(path))
+        ep = torch.export.load(str(path), extra_files=extra)
     except Exception as e:
         raise ModelError(f"cannot read {path} as a torch.export program ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
                          f"re-export it with torch.export.save (torch {torch.__version__} reads it)") from None
@@ -356,7 +386,7 @@ def _load_export(path: Path) -> nn.Module:
         model = _FixedBatch(model, hi if hi is not None else max(lo, 1 << 30), low=lo)
     if image is not None:
         model.robfair_input_shape = image  # the image shape its guards fix: checked against the data up front
-    return model
+    return model, _classes_from(extra.get("classes"), path, "extra file 'classes'")
 
 
 def _load_torchscript(path: Path, map_location: Any) -> tuple[nn.Module, list[str] | None]:
@@ -368,7 +398,7 @@ def _load_torchscript(path: Path, map_location: Any) -> tuple[nn.Module, list[st
     except Exception as e:
         raise ModelError(f"cannot read {path} as TorchScript ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
                          "re-save it with torch.jit.save") from None
-    return net, _classes_from(extra.get("classes") or None)
+    return net, _classes_from(extra.get("classes"), path, "extra file 'classes'")
 
 
 # ============================================================================== robustbench
@@ -525,13 +555,14 @@ def _load_any(spec: str | os.PathLike, *, arch: Any, arch_kwargs: Mapping[str, A
     if kind == "export":
         if arch is not None:
             raise ModelError(f"{path} is a torch.export program, which brings its architecture; drop --arch")
-        return _load_export(path), {**base, "source": "export", "classes": None}
+        net, classes = _load_export(path)
+        return _tag(net, classes), {**base, "source": "export", "classes": classes}
     if kind == "safetensors":
         state, smeta = _read_safetensors(path)
         if arch is None:
             raise ModelError(f"{path} is a safetensors file of weights only; pass the architecture with "
                              "--arch FILE.py:NAME (Python: arch=...)")
-        classes = _classes_from(smeta.get("classes")) if smeta.get("classes") else None
+        classes = next((_classes_from(smeta[k], path, f"metadata '{k}'") for k in _CLASS_KEYS if k in smeta), None)
         net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
         return _tag(net.eval(), classes), {**base, "source": "safetensors", "classes": classes, "extra": smeta}
     if kind == "unknown":
@@ -551,7 +582,7 @@ def _load_any(spec: str | os.PathLike, *, arch: Any, arch_kwargs: Mapping[str, A
         raise ModelError(f"{path} is a state dict (weights without their architecture); pass --arch FILE.py:NAME "
                          "(and --arch-kwargs) for the model class it was saved from, or save the model as TorchScript "
                          "(torch.jit.save) or torch.export (.pt2)")
-    classes = next((_classes_from(container[k]) for k in _CLASS_KEYS if k in container), None)
+    classes = next((_classes_from(container[k], path, f"'{k}' entry") for k in _CLASS_KEYS if k in container), None)
     net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
     return _tag(net.eval(), classes), {**base, "source": "state-dict", "classes": classes,
                                         "extra": {k: v for k, v in container.items() if k not in _CLASS_KEYS}}
