@@ -31,7 +31,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,10 +45,11 @@ from .attacks.base import noise
 from .errors import AttackError, ConfigError, DataError, ModelError, RobfairError
 from .inert import csv_cell
 from .metrics import GroupReport, wilson
-from .models import check_model_data, load_any
+from .models import load_any
+from .models.validate import check_model_output, guarded, nonfinite_error
 from .metrics.stats import check_alpha, cp_lower, cp_upper, mcnemar_exact  # noqa: F401 (cp_upper: part of this API)
 from .seeding import make_generator, noise_seed
-from .utils import atomic_path, resolve_device, to_jsonable
+from .utils import atomic_path, input_file, resolve_device, to_jsonable
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,33 @@ def max_radius(n: int, alpha: float, sigma: float) -> float:
 
 
 # ============================================================================== noise sampling
-def _chunks(num: int, batch_size: int) -> list[int]:
+#: noise draws per sample (``n0`` and ``n`` each) that certify runs at most: a billion draws of one
+#: sample are already a million forwards of 1000 (Cohen et al. certify with n = 100000)
+MAX_DRAWS = 10**9
+
+
+def check_draws(n0: Any, n: Any, batch_size: Any, *, cli: bool = False) -> None:
+    """One-line ``ConfigError`` for noise-draw counts that are not positive integers or beyond
+    :data:`MAX_DRAWS`, before anything runs (``cli``: the message names the options)."""
+    for what, opt, v in (("n0", "--n0", n0), ("n", "--n", n), ("batch_size", "--batch-size", batch_size)):
+        name = opt if cli else what
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if what != "batch_size" and v > MAX_DRAWS:
+            given, fix = (f"{opt} {v}", f"{opt} {100 if what == 'n0' else 100000}") if cli else \
+                (f"{what}={v}", f"{what}={100 if what == 'n0' else 100000}")
+            raise ConfigError(f"{given} is beyond what certify can run: at most {MAX_DRAWS} noise draws per sample "
+                              f"(already a million forwards of 1000 draws, hours per sample); pass e.g. {fix} "
+                              "(Cohen et al. use n0 100, n 100000)")
+
+
+def _chunks(num: int, batch_size: int) -> Iterator[int]:
+    """Sizes of the forwards one sample's ``num`` draws are split into (never a list: ``num`` may be large)."""
     q, r = divmod(num, batch_size)
-    return [batch_size] * q + ([r] if r else [])
+    for _ in range(q):
+        yield batch_size
+    if r:
+        yield r
 
 
 class NoiseCounter:
@@ -97,6 +122,10 @@ class NoiseCounter:
         self.batch_size, self.seed, self.device = int(batch_size), int(seed), device
         self.forwards = 0
         self.draws = 0
+        #: inputs since the last :meth:`refuse_nonfinite` whose logits were not all finite (a device
+        #: counter: no synchronization per forward), and the inputs seen since then
+        self.nonfinite: Any = 0
+        self.seen = 0
 
     @torch.no_grad()
     def counts(self, x: torch.Tensor, keys: Sequence[int], num: int, stage: int) -> torch.Tensor:
@@ -130,11 +159,27 @@ class NoiseCounter:
             idx = torch.cat([torch.full((s,), j, dtype=torch.long) for j, s in batch]).to(self.device)
             xin.mul_(self.sigma).add_(x[idx])
             owner = idx
-        pred = self.model(xin).argmax(1)
+        pred = self.note(self.model(xin)).argmax(1)
         flat = pred + batch[0][0] * self.K if owner is None else owner * self.K + pred
         out.index_add_(0, flat, torch.ones_like(flat))
         self.forwards += 1
         self.draws += int(xin.shape[0])
+
+    def note(self, z: torch.Tensor) -> torch.Tensor:
+        """Count the rows of logits ``z`` that are not all finite; returns ``z``."""
+        self.nonfinite = self.nonfinite + (~torch.isfinite(z).all(1)).sum()
+        self.seen += int(z.shape[0])
+        return z
+
+    def refuse_nonfinite(self, where: str) -> None:
+        """One :class:`~robfair.models.validate.NonFiniteLogits` line when a forward since the last
+        call returned NaN / Inf logits (their argmax would count as a vote), with the count."""
+        bad = int(self.nonfinite)
+        if bad:
+            raise nonfinite_error(self.model, bad, self.seen, f"inputs {where} (clean images and their Gaussian "
+                                  f"noise at sigma {self.sigma:g}, which certify never clips to [0, 1]: the model "
+                                  "must take inputs outside the box)")
+        self.nonfinite, self.seen = 0, 0
 
 
 def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, alpha: float = 0.001,
@@ -144,16 +189,17 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     two-sided binomial test of the top two counts does not reject equality at level ``alpha``; with
     probability >= 1 - alpha a returned class is g(x). ``keys`` seed each input's noise (default 0..N-1)."""
     check_alpha(alpha)
-    if n < 1 or batch_size < 1:
-        raise ConfigError(f"predict needs n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
+    check_draws(1, n, batch_size)
     dev = resolve_device(device)
     keys = list(range(x.shape[0])) if keys is None else [int(k) for k in keys]
     was = model.training
     model.eval()
     try:
-        out = _probe_num_classes(model, x[:1].to(dev))
-        counter = NoiseCounter(model, sigma, out, batch_size=batch_size, seed=seed, device=dev)
+        net = guarded(model.to(dev))
+        out = _check_model(net, x[:batch_size].to(dev), None)
+        counter = NoiseCounter(net, sigma, out, batch_size=batch_size, seed=seed, device=dev)
         c = counter.counts(x.to(dev), keys, n, _PREDICT).cpu().numpy()
+        counter.refuse_nonfinite("of PREDICT")
     finally:
         model.train(was)
     top = np.argsort(-c, axis=1, kind="stable")[:, :2]
@@ -165,26 +211,10 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     return res
 
 
-@torch.no_grad()
-def _probe_num_classes(model: nn.Module, x: torch.Tensor) -> int:
-    try:
-        z = model(x)
-    except RuntimeError as e:
-        raise ModelError(f"the model failed on images of shape {tuple(x.shape[1:])} ({str(e).splitlines()[0][:120]}); "
-                         "pick the dataset the model was trained for") from None
-    if z.ndim != 2:
-        raise ModelError(f"the model returns shape {tuple(z.shape)}; it must return (batch, classes) logits")
-    return int(z.shape[1])
-
-
-def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
-    """The model takes these images and returns one logit per class of the dataset (one-line ModelError)."""
-    if getattr(model, "robfair_spec", None):
-        check_model_data(model, tuple(x.shape[1:]), num_classes)
-    k = _probe_num_classes(model, x)
-    if k != num_classes:
-        raise ModelError(f"the model outputs {k} logits but the dataset has {num_classes} classes; "
-                         "pick the matching dataset or model")
+def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int | None) -> int:
+    """The model takes these images and returns one finite logit per class of the dataset (any
+    K >= 2 for ``num_classes`` None); returns K (one-line ModelError otherwise)."""
+    return int(check_model_output(model, x, num_classes, where="clean images, the first to certify").shape[1])
 
 
 # ============================================================================== the report
@@ -426,7 +456,7 @@ class CertifyReport:
         """Rebuild a report from :meth:`write_outcomes`' file (bit for bit)."""
         path = Path(path)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(input_file(path, "certify outcomes", error=DataError), encoding="utf-8") as f:
                 first = f.readline()
                 header = json.loads(first[2:]) if first.startswith("# ") else None
                 df = pd.read_csv(f)
@@ -472,7 +502,7 @@ def _load_state(path: Path, fingerprint: str, total: int) -> tuple[np.ndarray, d
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, "certify checkpoint", error=DataError), allow_pickle=False) as z:
             if str(z["schema"]) != CHECKPOINT_SCHEMA:
                 raise ValueError
             fp = str(z["fingerprint"])
@@ -547,9 +577,7 @@ def certify(
     progress: ``(stage, done, total)`` callback, called after each block of samples.
     """
     sigma = _positive(sigma, "sigma")
-    for what, v in (("n0", n0), ("n", n), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{what} must be a positive integer, got {v!r}")
+    check_draws(n0, n, batch_size)
     check_alpha(alpha)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
@@ -566,8 +594,9 @@ def certify(
     was_training = model.training
     model.eval()
     model = model.to(dev)
+    net = guarded(model)  # its own dtype; its forward's faults named as its own
     try:
-        _check_model(model, dataset.images(positions[:2]).to(dev), K)
+        _check_model(net, dataset.images(positions[:batch_size]).to(dev), K)  # before the first noise draw
         total = positions.size
         settings = {"sigma": sigma, "n0": int(n0), "n": int(n), "alpha": float(alpha), "batch_size": int(batch_size),
                     "seed": int(seed), "schema": CHECKPOINT_SCHEMA}
@@ -585,7 +614,7 @@ def certify(
                 resumed = int(done.sum())
                 log.info("resuming %s: %d of %d samples already certified", ck_path, resumed, total)
 
-        counter = NoiseCounter(model, sigma, K, batch_size=batch_size, seed=seed, device=dev)
+        counter = NoiseCounter(net, sigma, K, batch_size=batch_size, seed=seed, device=dev)
         block = max(1, batch_size // min(n0, n))  # samples per block: fixed by the settings, so resume is exact
         t0 = time.perf_counter()
         last_save = t0
@@ -599,12 +628,13 @@ def certify(
                 pos = positions[sl]
                 x = dataset.images(pos).to(dev)
                 with torch.no_grad():
-                    base = model(x).argmax(1)
+                    base = counter.note(net(x)).argmax(1)
                 c0 = counter.counts(x, pos.tolist(), int(n0), _SELECT)
                 c_a = c0.argmax(1)
                 c1 = counter.counts(x, pos.tolist(), int(n), _ESTIMATE)
                 n_a = c1.gather(1, c_a[:, None]).squeeze(1)
                 n_a_np = n_a.cpu().numpy()
+                counter.refuse_nonfinite(f"of dataset items {int(pos[0])}..{int(pos[-1])}")
                 p_low = np.asarray(cp_lower(n_a_np, int(n), alpha), dtype=np.float64).reshape(-1)
                 ok = p_low > 0.5
                 state["base_pred"][sl] = base.cpu().numpy()
@@ -619,10 +649,10 @@ def certify(
                     last_save = time.perf_counter()
                 if progress is not None:
                     progress("certify", int(done.sum()), total)
-        except BaseException:
-            if ck_path is not None and done.any():
+        except BaseException as e:
+            if ck_path is not None and done.any() and not isinstance(e, ModelError):  # the model's fault: no resume
                 _save_state(ck_path, fp, done, state)
-                log.warning("certify interrupted: %d of %d samples saved in %s; rerun to resume",
+                log.info("certify interrupted: %d of %d samples saved in %s; rerun to resume",
                             int(done.sum()), total, ck_path)
             raise
         if ck_path is not None:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .utils import atomic_path, to_jsonable, write_json
+from .utils import atomic_path, input_file, to_jsonable, write_json
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def examples_path(audit_json: str | os.PathLike) -> Path:
 def _json_lines(path: Path, *, warn: bool = False) -> list[Any]:
     """The parsed lines of a JSON-lines file; blank and unreadable lines (a torn write) skipped."""
     out = []
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+    for line in input_file(path, "JSON-lines file").read_bytes().decode("utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
@@ -120,9 +120,9 @@ def _json_lines(path: Path, *, warn: bool = False) -> list[Any]:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, unreadable lines (a torn write) and non-objects
-    skipped; empty when the file is missing."""
+    skipped; empty when the file is missing (RobfairError when it is a FIFO, socket or device)."""
     p = Path(path)
-    return [r for r in _json_lines(p) if isinstance(r, dict)] if p.is_file() else []
+    return [r for r in _json_lines(p) if isinstance(r, dict)] if p.exists() and not p.is_dir() else []
 
 
 def is_study_folder(path: str | os.PathLike) -> bool:

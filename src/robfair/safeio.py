@@ -1,7 +1,11 @@
 """Bounded, hostile-input-safe file handling shared by every command.
 
+- :func:`input_file`: the one door of every input (models, audit.json, outcomes.npz, examples.npz,
+  configs, metrics.jsonl, data files): a regular file, or a one-line error at once (a FIFO named
+  ``outcomes.npz`` never blocks, ``--model /dev/zero`` is never read). It lives in
+  :mod:`robfair.utils`, so the ground floor (:mod:`robfair.runfolder`) reads through it too;
 - :func:`read_text_capped` / :func:`read_bytes_capped`: read a regular file up to a size limit
-  (``--model /dev/zero`` or a 50 GB "config" never reads forever).
+  (a 50 GB "config" never reads forever).
 - :func:`load_yaml` / :func:`yaml_loads`: the one YAML loader: ``yaml.safe_load`` (no Python
   objects) behind a size cap, with aliases limited: a document whose aliases expand to more than
   :data:`YAML_MAX_ITEMS` values (a "billion laughs" bomb) or refer to themselves is refused.
@@ -45,7 +49,11 @@ import yaml
 
 from .errors import ConfigError, RobfairError, WriteError
 from .runfolder import CHECKPOINTS_DIR, RUN_FILES, RUN_MARKERS, holds_results, is_run_folder, is_study_folder
-from .utils import _umask, names_output
+from .utils import _umask, input_file, names_output
+
+__all__ = ["input_file", "read_bytes_capped", "read_text_capped", "read_json", "yaml_loads", "load_yaml",
+           "check_output_file", "check_output_dir", "claim_outputs", "release_claims", "Claim", "ResultSet",
+           "lock_file", "file_digest", "matches_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +64,12 @@ YAML_MAX_ITEMS = 200_000
 
 
 # ================================================================================ capped reads
-def _regular(path: Path, what: str, error: type[RobfairError]) -> os.stat_result:
-    """stat of a regular file; FileNotFoundError / IsADirectoryError as ``open`` raises them (callers
-    word those), ``error`` for devices, pipes and sockets."""
-    st = path.stat()
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    if not stat.S_ISREG(st.st_mode):
-        raise error(f"{what} {path} is not a regular file (a device, pipe or socket); pass a file")
-    return st
-
-
 def read_bytes_capped(path: str | os.PathLike, what: str = "file", *, limit: int = MAX_TEXT_BYTES,
                       error: type[RobfairError] = RobfairError) -> bytes:
-    """The bytes of the regular file ``path``; ``error`` (one line) when it is not a regular file or
-    larger than ``limit`` bytes (FileNotFoundError / IsADirectoryError as ``open``). Reads at most ``limit + 1`` bytes whatever the file claims."""
-    p = Path(path).expanduser()
-    _regular(p, what, error)
+    """The bytes of the regular file ``path``; ``error`` (one line) when it is not a regular file
+    (:func:`input_file`) or larger than ``limit`` bytes (FileNotFoundError / IsADirectoryError as
+    ``open``). Reads at most ``limit + 1`` bytes whatever the file claims."""
+    p = input_file(path, what, error=error)
     with open(p, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:

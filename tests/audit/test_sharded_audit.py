@@ -18,9 +18,10 @@ from _shared import run_cli
 from robfair.audit.distributed import RankFailed, settle, shard_batches
 from robfair.training.distributed import DistInfo
 
-#: per-run fields: wall times, and which ranks ran (the device string names this rank's device), and the
-#: digests of the sidecars (their headers hold the wall times; the sidecars are compared array by array)
-PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time", "files"}
+#: per-run fields: wall times, and which ranks ran (the device string names this rank's device), the digests
+#: of the sidecars (their headers hold the wall times; the sidecars are compared array by array) and
+#: outcomes.npz's seal (it covers its header)
+PER_RUN = {"seconds", "attack_seconds", "shard_seconds", "distributed", "device", "time", "files", "sha256"}
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

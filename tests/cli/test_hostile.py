@@ -557,12 +557,14 @@ def test_sweep_ctrl_c_releases_its_claims(tmp_path, presses):
     assert all(r["pid"] is None for r in rows)
 
 
-def test_interrupt_lines_say_what_was_kept():
+def test_interrupt_lines_say_what_was_kept(tmp_path):
     from robfair.cli import _resume_hint
 
-    assert _resume_hint(["train", "--out", "r"]).endswith("resume with: robfair train --out r --resume")
-    assert _resume_hint(["train", "--out", "r", "--resume"]).endswith("robfair train --out r --resume")
+    ck = tmp_path / "last.pt"
+    ck.write_bytes(b"a checkpoint")  # a checkpoint is named only when it exists (tests/cli/test_hostile_files.py)
+    assert _resume_hint(["train", "--out", "r"], ck).endswith("resume with: robfair train --out r --resume")
+    assert _resume_hint(["train", "--out", "r", "--resume"], ck).endswith("robfair train --out r --resume")
     assert "nothing was written" in _resume_hint(["audit", "-m", "x.pt"])
     assert "kept" in _resume_hint(["demo"]) and "nothing was written" not in _resume_hint(["demo"])
     assert "continue with: robfair sweep s.yaml" in _resume_hint(["sweep", "s.yaml"])
-    assert "resume with: robfair certify -m x --out c.json" in _resume_hint(["certify", "-m", "x", "--out", "c.json"])
+    assert "resume with: robfair certify -m x --out c.json" in _resume_hint(["certify", "-m", "x", "--out", "c.json"], ck)

@@ -510,18 +510,25 @@ def test_a_move_that_fails_puts_the_moved_members_back(slow, old_audit, tmp_path
 
 def test_readers_check_the_sidecars_against_the_digests_in_audit_json(world, tmp_path, caplog):
     """A sidecar that is not the one audit.json was written with (another audit's, or one a hard kill
-    left between two renames) is not used, with a warning."""
+    left between two renames): outcomes.npz is refused in one line naming both files (its numbers
+    would contradict audit.json), examples.npz is not used, with a warning."""
     import shutil
 
     from robfair.audit import AuditReport
+    from robfair.errors import RobfairError
 
     for name in ("audit.json", "outcomes.npz", "examples.npz"):
         shutil.copy(world / "a1" / name, tmp_path / name)
     assert AuditReport.load(tmp_path).outcomes is not None
-    shutil.copy(world / "a2" / "outcomes.npz", tmp_path / "outcomes.npz")  # a2's outcomes beside a1's audit
+    shutil.copy(world / "a2" / "examples.npz", tmp_path / "examples.npz")  # a2's images beside a1's audit
     rep = AuditReport.load(tmp_path)
-    assert rep.outcomes is None and rep.reports
-    assert "is not the file" in caplog.text and "outcomes.npz" in caplog.text
+    assert rep.examples is None and rep.outcomes is not None and rep.reports
+    assert "is not the file" in caplog.text and "examples.npz" in caplog.text
+    shutil.copy(world / "a2" / "outcomes.npz", tmp_path / "outcomes.npz")  # and a2's outcomes
+    with pytest.raises(RobfairError) as e:
+        AuditReport.load(tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg and "outcomes.npz" in msg and "audit.json" in msg and "re-run the audit" in msg
 
 
 def test_a_report_replaces_its_csv_folder_whole(world, tmp_path, capsys):

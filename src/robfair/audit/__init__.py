@@ -26,7 +26,7 @@ from typing import Any
 _EXPORTS = {
     "AuditReport": "report", "SCHEMA": "report", "audit": "report",
     "OUTCOMES_FILE": "engine", "Outcomes": "engine", "attack_seed": "engine", "check_model_output": "engine",
-    "evaluate": "engine", "outcomes_path": "engine", "run_attack": "engine",
+    "evaluate": "engine", "outcomes_path": "engine", "run_attack": "engine", "validate_model": "engine",
     "WORST_CASE": "checks", "model_state": "checks", "sanity_warnings": "checks",
     "EXAMPLES_FILE": "examples", "Examples": "examples", "examples_path": "examples",
 }

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import io
 import json
 import logging
@@ -56,12 +57,13 @@ from torch import nn
 from ..attacks import get_attack
 from ..attacks.base import Attack, count_passes
 from ..attacks.pgd import FGSM, PGD, Chunk
-from ..errors import AttackError, DataError, ModelError, RobfairError
+from ..errors import AttackError, DataError, RobfairError
 from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
-from ..models import check_model_data
+from ..models.validate import check_input_gradient, check_model_output, guarded, nonfinite_error
 from ..runfolder import OUTCOMES_FILE, outcomes_path  # noqa: F401 - the audit's side files are the run folder's
+from ..safeio import input_file
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.audit.attack_seed
 from ..utils import atomic_path, resolve_device
 from .checks import outcome_warnings
@@ -111,6 +113,15 @@ def predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch
         return model(x).argmax(1)
 
 
+@torch.no_grad()
+def clean_predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """:func:`predict`, with -1 for a sample whose logits are not all finite (the caller refuses
+    it; one elementwise test on the logits, no extra synchronization)."""
+    with autocast(x.device, precision):
+        z = model(x)
+    return torch.where(torch.isfinite(z).all(1), z.argmax(1), -1)
+
+
 def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
                generator: torch.Generator | None, early_exit: bool = True, precision: str = "fp32",
                warnings: list[str] | None = None,
@@ -143,31 +154,12 @@ def _unknown_steps(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(pred != y, torch.full_like(pred, STEP_UNKNOWN), torch.full_like(pred, NOT_FOOLED))
 
 
-def check_model_output(model: nn.Module, x: torch.Tensor, num_classes: int) -> None:
-    """One-line ``ModelError`` when the model does not fit the images or the class count."""
-    spec = getattr(model, "robfair_spec", None)
-    if spec:
-        check_model_data(model, tuple(x.shape[1:]), num_classes)
-        return
-    try:
-        with torch.no_grad():
-            out = model(x[:2])
-    except RuntimeError as e:
-        raise ModelError(
-            f"the model failed on images of shape {tuple(x.shape[1:])} ({str(e).splitlines()[0][:120]}); "
-            "pick the dataset the model was trained for"
-        ) from None
-    if out.ndim != 2 or out.shape[1] != num_classes:
-        raise ModelError(
-            f"the model outputs {tuple(out.shape[1:])} logits but the dataset has {num_classes} classes; "
-            "pick the matching dataset or model"
-        )
-
-
 @contextlib.contextmanager
 def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool | None = False):
-    """The model (DDP unwrapped) in eval mode on ``device``, channels-last if asked; its training
-    mode is restored afterwards."""
+    """The model (DDP unwrapped) in eval mode on ``device``, channels-last if asked, as robfair runs
+    a user's model (:func:`robfair.models.validate.guarded`: fed its own dtype, so float64 / half
+    weights just work, and what its forward raises, in any batch or attack, is a ModelError naming
+    it); its training mode is restored afterwards."""
     if isinstance(model, nn.parallel.DistributedDataParallel):
         model = model.module
     was_training = model.training
@@ -176,7 +168,7 @@ def evaluation_model(model: nn.Module, device: torch.device, channels_last: bool
         model = model.to(memory_format=torch.channels_last)
     model = model.to(device)
     try:
-        yield model
+        yield guarded(model)
     finally:
         model.train(was_training)
 
@@ -308,6 +300,12 @@ class Outcomes:
                        meta=dict(first.meta))
         return out.select(order)
 
+    def data_fingerprint(self) -> dict[str, Any]:
+        """What identifies the samples these outcomes are of, in their order: how many, and a hash of
+        their dataset indices, labels and group ids (:func:`digest`). Two evaluations of the same
+        samples have the same fingerprint; audit.json records it (``meta.fingerprint``)."""
+        return {"n": self.n, "indices": digest(self.index), "labels": digest(self.y), "groups": digest(self.group)}
+
     def same_samples(self, other: "Outcomes") -> bool:
         """True when ``other`` covers exactly the same samples (indices, labels and groups)."""
         return (self.index.shape == other.index.shape and np.array_equal(self.index, other.index)
@@ -322,18 +320,23 @@ class Outcomes:
                   "group_names": list(self.group_names), "has_groups": bool(self.has_groups),
                   "radii": self.radii, "eps": self.eps, "min_eps": list(self.min_eps), "meta": self.meta}
         arrays: dict[str, np.ndarray] = {"index": self.index, "y": self.y, "group": self.group,
-                                         "clean_pred": self.clean_pred, "header": npz_header(header)}
+                                         "clean_pred": self.clean_pred}
         for i, name in enumerate(attacks):
             arrays[f"adv_pred_{i}"] = self.adv_pred[name]
             arrays[f"first_step_{i}"] = self.first_step[name]
         for i, key in enumerate(self.min_eps):
             arrays[f"min_eps_{i}"] = self.min_eps[key]
+        header["sha256"] = seal(arrays, header)  # a file changed after it was written is refused by load
+        arrays["header"] = npz_header(header)
         return write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> "Outcomes":
-        with read_npz(path, OUTCOMES_SCHEMA) as (header, z):
+        with read_npz(path, OUTCOMES_SCHEMA, "outcomes") as (header, z):
             attacks = header["attacks"]
+            if "sha256" in header and seal({k: z[k] for k in z.files if k != "header"}, header) != header["sha256"]:
+                raise RobfairError(f"{path} was changed after robfair wrote it (its arrays do not match the checksum "
+                                   "it records); re-run the audit, or delete it to use audit.json alone")
             return cls(index=z["index"], y=z["y"], group=z["group"], clean_pred=z["clean_pred"],
                        adv_pred={a: z[f"adv_pred_{i}"] for i, a in enumerate(attacks)},
                        first_step={a: z[f"first_step_{i}"] for i, a in enumerate(attacks)},
@@ -344,6 +347,24 @@ class Outcomes:
 
 
 # ============================================================================ npz files
+def digest(a: np.ndarray) -> str:
+    """A short hash (16 hex digits of SHA-256) of an integer array's values, in order."""
+    return hashlib.sha256(np.ascontiguousarray(a, dtype="<i8").tobytes()).hexdigest()[:16]
+
+
+def seal(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> str:
+    """SHA-256 of a file's header (its JSON, less the seal itself) and every array (name, dtype, shape,
+    bytes): recorded in the header, it tells a file edited outside robfair from the one written."""
+    h = hashlib.sha256()
+    plain = json.loads(json.dumps({k: v for k, v in header.items() if k != "sha256"}, default=str))
+    h.update(json.dumps(plain, sort_keys=True).encode())
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def npz_header(header: dict[str, Any]) -> np.ndarray:
     """A JSON header as the uint8 array stored under ``"header"`` (no pickles in the file)."""
     return np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
@@ -361,18 +382,21 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
 
 
 @contextlib.contextmanager
-def read_npz(path: str | Path, schema: str):
+def read_npz(path: str | Path, schema: str, what: str = "file"):
     """``(header, arrays)`` of a file of :func:`write_npz` whose header has ``schema``; a missing,
-    truncated or foreign file (or a missing array, read inside the block) is a one-line RobfairError."""
+    truncated or foreign file, one that is no regular file (a FIFO: never opened), or a missing array
+    (read inside the block) is a one-line RobfairError."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(input_file(path, what), allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode())
             if not isinstance(header, dict) or header.get("schema") != schema:
                 raise ValueError("schema")
             yield header, z
     except FileNotFoundError:
         raise RobfairError(f"{path} is missing; write it with `robfair audit --out`") from None
+    except IsADirectoryError:
+        raise RobfairError(f"{what} {path} is a folder, not a file; remove it or re-run the audit") from None
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, zipfile.BadZipFile):
         raise RobfairError(f"{path} is truncated or not a robfair file of schema {schema}; re-run the audit") from None
 
@@ -480,6 +504,7 @@ def evaluate(
     # PGD attacks refill their active batch across batches (PGD.stream): one pass over the data per
     # attack (and radius of a sweep); every other attack runs batch by batch in the first pass
     refilled = {name for name, atk in named if refill and refills(atk, early_exit)}
+    gradients = any(isinstance(atk, Attack) for _, atk in named)  # robfair's attacks need input gradients
     passes = [(name, atk, j) for name, atk in named if name in refilled
               for j in range(R) if not sweep or radii[j] > 0]  # type: ignore[index]
     total = total_batches * max(1, len(passes))
@@ -497,15 +522,21 @@ def evaluate(
         for b, (x, y, g) in enumerate(ds.batches(bs, device=dev)):
             if channels_last:
                 x = to_channels_last(x)
-            if b == 0:
+            m = x.shape[0]
+            if b == 0:  # the model's output is checked once, here, on the whole first batch; its logits are kept
                 if not torch.isfinite(x).all():
                     raise DataError("the dataset holds NaN or infinite pixels; clean the data first")
-                check_model_output(net, x, K)
-            m = x.shape[0]
-            clean = predict(net, x, precision)
+                clean = _first_batch(net, x, K, precision, gradients).argmax(1)
+            else:
+                clean = clean_predict(net, x, precision)
             y_all[pos:pos + m] = y.cpu().numpy()
             g_all[pos:pos + m] = g.cpu().numpy()
             clean_all[pos:pos + m] = clean.cpu().numpy()
+            if b and clean_all[pos:pos + m].min() < 0:  # NaN / Inf logits past the first batch
+                bad = int((clean_all[pos:pos + m] < 0).sum())
+                raise nonfinite_error(model, bad, m, f"samples of batch {b + 1} (dataset items {int(idx[pos])}.."
+                                                     f"{int(idx[pos + m - 1])}; the batches before it were finite)",
+                                      precision)
             first = int(idx[pos])  # the dataset index of the batch's first sample seeds its generators
             for name, atk in named:
                 if name in refilled:
@@ -579,6 +610,33 @@ def evaluate(
                 "refilled": [name for name, _ in named if name in refilled]}
     out.warnings = outcome_warnings(out) + [f"[{name}] {w}" for name, ws in said.items() for w in ws]
     return out
+
+
+def validate_model(model: nn.Module, dataset: Any, *, batch_size: int = 256, device: str | torch.device | None = "auto",
+                   precision: str = "fp32", channels_last: bool | None = None, gradients: bool = True) -> None:
+    """The check :func:`evaluate` makes on its first batch, alone (``robfair leaderboard`` runs it on
+    every model before the first audit starts): the model takes the dataset's first batch and
+    returns finite (N, K) logits, with input gradients when ``gradients``; else one ModelError line."""
+    if len(dataset) == 0:
+        raise DataError("the dataset is empty; check the path and the split")
+    dev = resolve_device(device)
+    precision = check_precision(precision, dev, what="precision")
+    channels_last = wants_channels_last(model, channels_last)
+    x, _y, _g = next(iter(dataset.batches(int(batch_size), device=dev)))
+    if channels_last:
+        x = to_channels_last(x)
+    with evaluation_model(model, dev, channels_last) as net:
+        _first_batch(net, x, dataset.num_classes, precision, gradients)
+
+
+def _first_batch(net: nn.Module, x: torch.Tensor, num_classes: int, precision: str, gradients: bool) -> torch.Tensor:
+    """The first batch's logits under ``precision``, checked (:func:`robfair.models.validate.
+    check_model_output`; with ``gradients``, also that they have input gradients)."""
+    with autocast(x.device, precision):
+        z = check_model_output(net, x, num_classes, precision=precision)
+    if gradients:
+        check_input_gradient(net, x)
+    return z
 
 
 def refills(attack: Any, early_exit: bool) -> bool:

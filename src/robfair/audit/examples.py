@@ -104,7 +104,7 @@ class Examples:
 
     @classmethod
     def load(cls, path: str | Path) -> "Examples":
-        with read_npz(path, EXAMPLES_SCHEMA) as (h, z):
+        with read_npz(path, EXAMPLES_SCHEMA, "examples") as (h, z):
             ex = cls(index=z["index"], y=z["y"], group=z["group"], clean=z["clean"], adv=z["adv"],
                      clean_pred=z["clean_pred"], adv_pred=z["adv_pred"], attack=str(h["attack"]),
                      weakest=int(h["weakest"]), class_names=list(h["class_names"]),

@@ -18,6 +18,8 @@ samples the audit left robust, within ``probe`` times the audit's compute) unles
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ from .. import __version__
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
-from ..data.coerce import audit_inputs
+from ..data.coerce import audit_class_order, audit_inputs
 from ..runfolder import audit_file, audit_target
 from ..safeio import ResultSet, matches_digest, read_json
 from ..utils import parse_eps, to_jsonable, write_json
@@ -48,6 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA = "robfair.audit/1"
+#: the sample fields of ``meta.fingerprint`` (``dataset`` and ``split`` come from ``meta``)
+FINGERPRINT_KEYS = ("n", "indices", "labels", "groups")
+
 
 #: Progress callback: (stage, done, total). The CLI passes one that drives a rich progress bar.
 Progress = Callable[[str, int, int], None]
@@ -141,6 +146,10 @@ class AuditReport(ReportViews):
         (``into``: the caller's, committed by the caller): written whole or not at all, audit.json
         last, with the digests of its sidecars (``files``) that :meth:`load` checks."""
         path = audit_target(path)
+        self.meta.setdefault("audit_id", self.content_id())
+        if self.outcomes is not None:
+            self.meta["fingerprint"] = self.fingerprint()
+            self.outcomes.meta.update(audit_id=self.meta["audit_id"], fingerprint=self.meta["fingerprint"])
         with contextlib.nullcontext(into) if into is not None else ResultSet() as rs:
             files = {}
             for side, data in ((outcomes_path(path), self.outcomes), (examples_path(path), self.examples)):
@@ -172,8 +181,10 @@ class AuditReport(ReportViews):
         except (RobfairError, KeyError, TypeError, ValueError) as e:
             raise RobfairError(f"{path} is not a robfair audit ({e})") from None
         side, ex = outcomes_path(path), examples_path(path)
-        if side.exists() and _written_with(path, d, side):
+        if side.exists():
             rep.outcomes = Outcomes.load(side)
+            rep.check_outcomes(path, side)
+            _check_written_with(path, d, side)
         if ex.is_file() and _written_with(path, d, ex):
             try:
                 rep.examples = Examples.load(ex)
@@ -184,18 +195,83 @@ class AuditReport(ReportViews):
                 rep.examples = None
         return rep
 
+    def fingerprint(self) -> dict[str, Any] | None:
+        """What this audit was run on: the dataset's name and split (as recorded in ``meta``; None when
+        unknown) and its samples' fingerprint (:meth:`Outcomes.data_fingerprint`: their number and a
+        hash of their indices, labels and group ids, in order). None for an older audit without
+        outcomes or a recorded fingerprint. ``compare`` pairs two runs only when these agree."""
+        data = self.outcomes.data_fingerprint() if self.outcomes is not None else self.meta.get("fingerprint")
+        if not isinstance(data, dict):
+            return None
+        keep = {k: data.get(k) for k in FINGERPRINT_KEYS}
+        return {"dataset": self.meta.get("dataset") or None, "split": self.meta.get("split"), **keep}
+
+    def content_id(self) -> str:
+        """The audit's id, written in both audit.json and its outcomes.npz (``meta.audit_id``): a hash of
+        its reports (every count, class and group name, attack and eps) and of the samples they are
+        of, so an outcomes file of another audit is told from its own, and the same audit run again
+        (on one process or sharded) gets the same id."""
+        fp = self.fingerprint() or {}
+        body = {"reports": {k: r.to_json(bootstrap=0) for k, r in self.reports.items()},
+                "samples": {k: fp.get(k) for k in FINGERPRINT_KEYS}}
+        return hashlib.sha256(json.dumps(to_jsonable(body), sort_keys=True).encode()).hexdigest()[:32]
+
+    def check_outcomes(self, path: str | Path = "audit.json", side: str | Path = "outcomes.npz") -> None:
+        """One-line ``RobfairError`` naming both files when the per-sample outcomes contradict the
+        reports: another audit's (audit id), other samples (fingerprint), or other counts (every report
+        of audit.json must be rebuilt from them exactly; an edited or stale outcomes.npz is never
+        silently trusted)."""
+        o = self.outcomes
+        if o is None:
+            return
+        fix = f"re-run the audit, or delete {side} to use {path} alone"
+        ids = self.meta.get("audit_id"), o.meta.get("audit_id")
+        if ids[0] != ids[1] and any(ids):
+            raise RobfairError(f"{side} does not belong to {path}: it was written by another audit (audit id "
+                               f"{ids[1] or 'none'}, {path} records {ids[0] or 'none'}); {fix}")
+        fp = self.meta.get("fingerprint")
+        if isinstance(fp, dict):
+            mine = o.data_fingerprint()
+            diff = [k for k in FINGERPRINT_KEYS if k in fp and fp[k] != mine[k]]
+            if diff:
+                raise RobfairError(f"{side} holds other samples than {path} records ({', '.join(diff)} differ: "
+                                   f"n {mine['n']} vs {fp.get('n')}); {fix}")
+        if set(self.reports) - set(o.attacks) - {WORST_CASE}:
+            raise RobfairError(f"{side} has the attacks {o.attacks} but {path} reports {list(self.reports)}; {fix}")
+        for name, rep in self.reports.items():
+            mine = o.report(name)
+            if (mine.counts != rep.counts or mine.class_names != rep.class_names
+                    or mine.group_names != rep.group_names):
+                a, b = rep.overall_counts(), mine.overall_counts()
+                raise RobfairError(f"{side} contradicts {path}: its per-sample outcomes give other counts for "
+                                   f"'{name}' (robust {b['rob_acc']} of {b['n']}, clean {b['clean_acc']}; {path}: "
+                                   f"robust {a['rob_acc']} of {a['n']}, clean {a['clean_acc']}); {fix}")
+
     def merge(self, other: "AuditReport") -> "AuditReport":
         """Merge audits of disjoint shards of the same data (same attacks, same eps) exactly."""
         if set(self.reports) != set(other.reports):
             raise RobfairError("cannot merge audits with different attacks; audit every shard with the same --attack list")
         merged = {k: self.reports[k].merge(other.reports[k]) for k in self.reports}
-        out = AuditReport(merged, meta={**self.meta, "n": self.meta.get("n", 0) + other.meta.get("n", 0)})
+        meta = {k: v for k, v in self.meta.items() if k not in ("audit_id", "fingerprint")}  # a shard's, not the whole's
+        out = AuditReport(merged, meta={**meta, "n": self.meta.get("n", 0) + other.meta.get("n", 0)})
         out.warnings = sanity_warnings(out.reports)
         if self.outcomes is not None and other.outcomes is not None:
             a, b = self.outcomes, other.outcomes
             if not np.intersect1d(a.index, b.index).size:  # shards of one dataset (global indices)
                 out.outcomes = Outcomes.concat([a, b])
+                out.meta["fingerprint"] = out.fingerprint()
+                out.meta["audit_id"] = out.outcomes.meta["audit_id"] = out.content_id()
         return out
+
+
+def _check_written_with(path: Path, d: dict, side: Path) -> None:
+    """outcomes.npz is the file ``path`` was written with (its digest in ``files``; an older audit.json
+    without ``files`` takes any whose contents agree): else a one-line RobfairError naming both."""
+    files = d.get("files")
+    if isinstance(files, dict) and not matches_digest(side, files.get(side.name)):
+        why = "was not written with it (another audit's)" if side.name not in files else \
+            "is not the file it was written with (changed since, or a write cut short by a hard kill)"
+        raise RobfairError(f"{side} {why} of {path}; re-run the audit, or delete {side} to use {path} alone")
 
 
 def _written_with(path: Path, d: dict, side: Path) -> bool:
@@ -291,6 +367,9 @@ def audit(
         report, equal to one process's (:mod:`robfair.audit.distributed`); None: this process alone.
     """
     model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
+    order = audit_class_order(model, dataset, classes)
+    if order.get("note"):
+        log.info("%s", order["note"])
     if batch_size < 1:
         raise RobfairError(f"batch size must be >= 1, got {batch_size}")
     if not attacks:
@@ -312,6 +391,7 @@ def audit(
         "n": out.n,
         "num_classes": dataset.num_classes,
         "classes": list(dataset.classes),
+        "class_order": order,
         "groups": list(dataset.group_names),
         "model": getattr(model, "robfair_spec", {"name": type(model).__name__}),
         "attacks": names,
@@ -329,6 +409,8 @@ def audit(
     if "distributed" in out.meta:
         meta["distributed"] = out.meta["distributed"]
     report = AuditReport(reports, meta=meta, outcomes=out)
+    meta["fingerprint"] = report.fingerprint()
+    meta["audit_id"] = out.meta["audit_id"] = report.content_id()
     report.warnings = list(out.warnings)
     if examples:
         report.examples = weakest_examples(model, dataset, out, eps_v, n=examples, attacks=list(attacks),

@@ -47,7 +47,7 @@ from rich.markup import escape
 from ..errors import RobfairError, os_fix
 from ..safeio import release_claims
 from ..utils import tune_allocator
-from .app import app, err_console
+from .app import RESUME_FROM, app, err_console
 
 # Command modules register themselves on `app` when imported.
 from . import train as _train  # noqa: F401,E402
@@ -95,17 +95,26 @@ class _Interrupt:
             os._exit(EXIT_INTERRUPTED)
 
 
-def _resume_hint(argv: list[str]) -> str:
-    """What to type to continue: train resumes from last.pt, a sweep skips what is done, the rest re-run."""
+def _resume_hint(argv: list[str], checkpoint: Path | None = None) -> str:
+    """What to type to continue: train resumes from last.pt, certify from its partial file, a sweep
+    skips what is done, the rest re-run. A checkpoint is named only when ``checkpoint`` (the file the
+    command said it resumes from) exists: an interrupt before the first one is written says so."""
     cmd = next((a for a in argv if not a.startswith("-")), "")
     line = ["robfair", *argv]
+    kept = checkpoint is not None and Path(checkpoint).is_file()
     if cmd == "train":
         if "--resume" not in argv:
             line.append("--resume")
-        return f"interrupted; the run keeps its finished epochs - resume with: {shlex.join(line)}"
-    if cmd == "certify" and "--out" in argv or cmd == "certify" and "-o" in argv:
-        return (f"interrupted; the certified samples are kept in a checkpoint beside --out - resume with: "
+        if kept:
+            return f"interrupted; the run keeps its finished epochs (in {checkpoint}) - resume with: {shlex.join(line)}"
+        return ("interrupted before the first epoch was saved, so there is no checkpoint yet - start it again "
+                f"with: {shlex.join(line)}")
+    if cmd == "certify" and kept:
+        return (f"interrupted; the certified samples are kept in the checkpoint {checkpoint} - resume with: "
                 f"{shlex.join(line)}")
+    if cmd == "certify" and ("--out" in argv or "-o" in argv or any(a.startswith("--out=") for a in argv)):
+        return ("interrupted before the first samples were certified, so no checkpoint was written - run it again "
+                f"with: {shlex.join(line)}")
     if cmd == "demo":
         return (f"interrupted; the run folders finished so far are kept - delete --out (or pick another) and run "
                 f"again: {shlex.join(line)}")
@@ -113,6 +122,10 @@ def _resume_hint(argv: list[str]) -> str:
         return (f"interrupted; finished runs are kept and interrupted ones resume - continue with: "
                 f"{shlex.join(line)}")
     return f"interrupted; nothing was written - run it again with: {shlex.join(line)}"
+
+
+def _interrupt_line(argv: list[str]) -> str:
+    return _resume_hint(argv, RESUME_FROM[0] if RESUME_FROM else None)
 
 
 def _log_dir() -> Path:
@@ -187,6 +200,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     tune_allocator()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     interrupt = _Interrupt()
+    RESUME_FROM.clear()  # set again by the command that runs now
     in_main = __import__("threading").current_thread() is __import__("threading").main_thread()
     old_handler = signal.signal(signal.SIGINT, interrupt) if in_main else None
     code = 0
@@ -194,12 +208,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         rv = app(args=argv, standalone_mode=False, prog_name="robfair")
         code = rv if isinstance(rv, int) else 0
         if interrupt.hit and code == EXIT_INTERRUPTED:  # typer turned our KeyboardInterrupt into Exit(130)
-            _say(_resume_hint(argv), kind="plain")
+            _say(_interrupt_line(argv), kind="plain")
     except KeyboardInterrupt:
-        _say(_resume_hint(argv), kind="plain")
+        _say(_interrupt_line(argv), kind="plain")
         code = EXIT_INTERRUPTED
     except _ABORTS:  # typer's Abort (EOF on a prompt, ...)
-        _say(_resume_hint(argv), kind="plain")
+        _say(_interrupt_line(argv), kind="plain")
         code = EXIT_INTERRUPTED
     except BrokenPipeError:  # `robfair ... | head`: the reader went away; say nothing
         try:

@@ -30,6 +30,15 @@ app = typer.Typer(
 console = Console(width=None if Console().is_terminal else 150)
 err_console = Console(stderr=True)
 
+#: the checkpoint an interrupted command resumes from, set by the command once it knows the path
+#: (certify's partial file, train's last.pt); the interrupt line names it only if the file exists
+RESUME_FROM: list[Path] = []
+
+
+def resume_from(path: Path | None) -> None:
+    """Tell the error boundary which file an interrupted run of this command resumes from."""
+    RESUME_FROM[:] = [] if path is None else [Path(path)]
+
 
 def _version(value: bool) -> None:
     if value:
@@ -385,6 +394,7 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
     rep.meta["checkpoint"] = str(model)
     rep.meta["split"] = split
     rep.meta["model_source"] = meta.get("source")
+    rep.meta["class_order"] = meta.get("class_order")
     if main_rank:
         print_audit(console, rep, title=f"{model} on {data} ({split}), eps={eps_value:g}", n_boot=bootstrap)
     with state_file(state_path):
@@ -614,14 +624,19 @@ def _check_classes(meta: dict, ds, class_map: Optional[str] = None):
     """The model's image shape and class count must match the dataset's, and so must the class names it
     stores (order included) unless ``--class-map`` states the mapping; returns the dataset with its
     labels in the model's order (one-line errors)."""
-    from ..data import check_class_order, parse_class_map, with_class_order
+    from ..data import class_order, parse_class_map, with_class_order
     from ..models import check_model_data
 
     check_model_data(meta, ds.in_shape, ds.num_classes)
     if class_map is not None:
         order, renames = parse_class_map(class_map, meta.get("classes"))
+        meta["class_order"] = class_order(None, ds.classes, stated=True)
         return with_class_order(ds, order, renames)
-    check_class_order(meta.get("classes"), ds.classes, what=f"the model ({meta.get('source', 'checkpoint')})")
+    meta["class_order"] = class_order(meta.get("classes"), ds.classes,
+                                      what=f"the model ({meta.get('source', 'checkpoint')})")
+    if meta["class_order"].get("note"):  # said once, before the long work; audit.json keeps it in meta.class_order
+        where = f"{meta['path']}: " if meta.get("path") else ""
+        console.print(f"note: {term(where + meta['class_order']['note'])}", highlight=False, soft_wrap=True)
     return ds
 
 

@@ -11,9 +11,9 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import CERTIFY_FILE
-from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_number
+from ..utils import MAX_BOOTSTRAP, MAX_SEED, input_file, parse_number
 from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, MODEL_OPTION,
-                  STD_OPTION, _Bars, _progress, app, console, err_console)
+                  STD_OPTION, _Bars, _progress, app, console, err_console, resume_from)
 
 
 def _paths(out: Optional[Path], outcomes: Optional[Path]) -> tuple[Optional[Path], Optional[Path], Optional[Path]]:
@@ -102,6 +102,7 @@ def certify(
     from ..data import load_dataset
     from .app import _check_classes, _model_label, load_model_arg
 
+    C.check_draws(n0, n, batch_size, cli=True)  # before anything is read: --n 10**12 is refused at once
     sigma_v = parse_number(sigma, "sigma", minimum=None)
     if not sigma_v > 0:
         raise ConfigError(f"--sigma must be > 0, got {sigma}; pass e.g. 0.25")
@@ -137,11 +138,13 @@ def certify(
         if restart:
             ck_path.unlink()
         else:
+            input_file(ck_path, "certify checkpoint", error=ConfigError)  # a FIFO there: refused, never read
             err_console.print(f"resuming from {ck_path} (pass --restart to start over)", highlight=False)
+    resume_from(ck_path)  # an interrupt names it only once it exists
     with _progress() as p:
         rep = C.certify(net, ds, sigma_v, n0=n0, n=n, alpha=alpha, batch_size=batch_size, radii=radii, seed=seed,
                         device=device, per_class=per_class, skip=skip, checkpoint=ck_path, progress=_Bars(p))
-    rep.meta.update(checkpoint=str(model), data=data, split=split)
+    rep.meta.update(checkpoint=str(model), data=data, split=split, class_order=meta.get("class_order"))
     if check_r is not None:
         with _progress() as p:
             C.attack_check(net, ds, rep, check_r, attack=check_attack, per_class=check_per_class,

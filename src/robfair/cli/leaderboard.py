@@ -16,12 +16,33 @@ from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION
                   console, load_model_arg, printed_warnings, probe_options)
 
 
-def _unique(labels: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for lab in labels:
-        seen[lab] = seen.get(lab, 0) + 1
-        out.append(lab if seen[lab] == 1 and labels.count(lab) == 1 else f"{lab}#{seen[lab]}")
+def _names(models: list[str]) -> list[str]:
+    """One display name per model, never two alike: a name several models share (``net.ts`` in two
+    folders, ``seed_0 (best.pt)`` of two studies) becomes the shortest end of each file's path that
+    tells them apart (``a/net.ts``, ``b/net.ts``), so no two models share a row or are ever grouped as
+    seeds of one setting; what is still alike (the same file listed twice) is numbered: ``net.ts (2)``."""
+    keys = [m if m.startswith("robustbench:") else str(Path(m).expanduser().resolve()) for m in models]
+    labels = [_display_label(m) for m in models]
+    out = list(labels)
+    for lab in dict.fromkeys(labels):
+        idx = [i for i, other in enumerate(labels) if other == lab]
+        if len(idx) < 2:
+            continue
+        parts = {keys[i]: Path(keys[i]).parts for i in idx}  # distinct files only
+        for k in range(1, max(map(len, parts.values())) + 1):
+            ends = {key: "/".join(p[-k:]) for key, p in parts.items()}
+            if len(set(ends.values())) == len(ends):
+                break
+        if len(parts) > 1:
+            for i in idx:
+                out[i] = ends[keys[i]]
+    used: set[str] = set()
+    for i, lab in enumerate(out):  # a path end that equals another model's name: numbered, never merged
+        base, k = lab, 2
+        while lab in used:
+            lab, k = f"{base} ({k})", k + 1
+        used.add(lab)
+        out[i] = lab
     return out
 
 
@@ -71,7 +92,7 @@ def leaderboard(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:
     """Audit several models under the same attacks and rank them by worst-class robust accuracy (table + HTML page)."""
-    from ..audit import audit as run_audit
+    from ..audit import audit as run_audit, validate_model
     from ..data import load_dataset
     from ..models import with_normalization
     from ..report.html import write_report
@@ -86,6 +107,7 @@ def leaderboard(
     from .study import _check_report_out
 
     _check_report_out(out, overwrite)  # outputs are refused before any model is loaded or attacked
+    names = _names(list(models))  # one name per model, none alike (never merged as seeds)
     resolve_device(device)
     eps_value = parse_eps(eps)
     check_image_eps(eps_value, attack)
@@ -100,16 +122,18 @@ def leaderboard(
             net = with_normalization(net, _parse_stats(mean, "mean"), _parse_stats(std, "std"))
             meta = {**meta, "normalization": {"mean": mean, "std": std}}
         ds = _check_classes(meta, base, class_map)
+        validate_model(net, ds, batch_size=batch_size, device=device)  # its first batch, before any audit runs
         loaded.append((m, net, meta, ds))
     entries = []
-    for label, (m, net, meta, ds) in zip(_unique([_display_label(m) for m in models]), loaded):
+    for label, (m, net, meta, ds) in zip(names, loaded):
         with _progress() as p, printed_warnings():  # its warnings are printed below, not logged as well
             rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
                             probe=budget, probe_tolerance=tolerance, progress=_Bars(p, prefix=f"{label}: "),
                             classes=ds.classes)
         rep.meta["checkpoint"] = m
         rep.meta["model_source"] = meta.get("source")
-        entries.append(RunEntry(name=label, audit=rep, config={"data": data, "model": meta.get("source", ""),
+        rep.meta["class_order"] = meta.get("class_order")
+        entries.append(RunEntry(name=label, group=label, audit=rep, config={"data": data, "model": meta.get("source", ""),
                                                                "method": "", "eps": eps_value}))
     stats = _Stats(bootstrap)
     table = leaderboard_table(entries, stats)

@@ -200,6 +200,8 @@ def compare(
     for label, p in zip(unique_labels(runs, name), runs):
         loaded[label] = load_report(p)[1]
     cmp = run_compare(loaded, n_boot=bootstrap, seed=seed, alpha=alpha)
+    for note in cmp.notes:  # runs on other samples, older files: said before the numbers
+        console.print(f"note: {term(note)}", highlight=False, soft_wrap=True)
     tables = cmp.tables()
     for t in tables:
         rt = RichTable(title=term(t.title), title_justify="left", show_edge=False, pad_edge=False)
@@ -215,8 +217,8 @@ def compare(
         if suffix == ".json":
             write_json(out, cmp.to_json())
         else:
-            text = to_markdown(tables, title="robfair compare: " + " vs ".join(cmp.labels)) if suffix == ".md" else \
-                _tidy_csv(cmp)
+            text = to_markdown(tables, title="robfair compare: " + " vs ".join(cmp.labels),
+                               intro="\n".join(f"- note: {n}" for n in cmp.notes)) if suffix == ".md" else _tidy_csv(cmp)
             with atomic_path(out) as tmp:
                 tmp.write_text(text)
         console.print(f"wrote {term(out)}", highlight=False)

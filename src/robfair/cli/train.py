@@ -11,9 +11,10 @@ from rich.markup import escape
 
 from ..errors import ConfigError
 from ..inert import term
+from ..runfolder import RunFolder
 from ..safeio import yaml_loads
 from .app import (PROBE_HELP, PROBE_TOLERANCE_HELP, _Bars, _progress, app, console, err_console, printed_warnings,
-                  probe_options)
+                  probe_options, resume_from)
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -182,6 +183,7 @@ def train(
     # refused), the device, the radius
     check_output_dir(cfg.out, "--out", allow="run" if cfg.resume else None,
                      fix="pass --resume to continue the run in it, or choose another --out", claim=env_info().is_main)
+    resume_from(RunFolder(cfg.out).last)  # an interrupt names it only once the first epoch wrote it
     resolve_device(cfg.device)
     check_image_eps(cfg.eps, [a for a in (cfg.attack, cfg.val_attack) if a and a.lower() != "none"],
                     allow_large=allow_large_eps)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..registry import import_submodules
 from .augment import random_crop_flip
 from .base import Dataset, stratified_split
-from .coerce import as_dataset, check_class_order, parse_class_map, subsample, with_class_order
+from .coerce import as_dataset, check_class_order, class_order, parse_class_map, subsample, with_class_order
 from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
                        split_options, with_options)
 
@@ -22,6 +22,7 @@ __all__ = [
     "DATASETS",
     "as_dataset",
     "check_class_order",
+    "class_order",
     "parse_class_map",
     "random_crop_flip",
     "subsample",

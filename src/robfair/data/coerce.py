@@ -3,7 +3,7 @@ stating a model's class order.
 
     as_dataset(ds)                       # a robfair Dataset (returned as is)
     as_dataset((x, y)) / as_dataset((x, y, g))        # tensors or numpy arrays
-    as_dataset(TensorDataset(x, y)) / as_dataset(DataLoader(...))   # torch.utils.data
+    as_dataset(TensorDataset(x, y)) / as_dataset(DataLoader(...))   # torch.utils.data (dict batches too)
     subsample(ds, per_class=100, seed=0) / subsample(ds, limit=1000, seed=0)
     with_class_order(ds, ["cat", "dog", ...])   # re-index labels to a model's output order
 """
@@ -65,20 +65,72 @@ def _from_arrays(parts: Sequence[Any], classes: Any, groups: Any, name: str) -> 
     return ds
 
 
+#: the keys a dict batch names its images, labels and group ids by (the first one present is used)
+BATCH_KEYS = {"x": ("x", "image", "images", "img", "input", "inputs", "pixel_values"),
+              "y": ("y", "label", "labels", "target", "targets"),
+              "g": ("g", "group", "groups")}
+_BATCH_FORMS = ("(x, y) or (x, y, g) tuples, or dicts with an image key (" + "/".join(BATCH_KEYS["x"]) + ") and a label "
+                "key (" + "/".join(BATCH_KEYS["y"]) + "), optionally a group key (" + "/".join(BATCH_KEYS["g"]) + ")")
+
+
+def _batch_parts(batch: Any, b: int) -> list[Any]:
+    """(x, y[, g]) of DataLoader batch ``b``: a tuple/list of 2 or 3 items, or a dict naming them by a
+    key of :data:`BATCH_KEYS` (its other fields, file names or ids, are not audited); one-line
+    ``DataError`` naming what the batch holds otherwise."""
+    if isinstance(batch, dict):
+        found = [str(k) for k in batch]
+        pick = {part: next((k for k in keys if k in batch), None) for part, keys in BATCH_KEYS.items()}
+        if pick["x"] is None or pick["y"] is None:
+            missing = "an image key" if pick["x"] is None else "a label key"
+            raise DataError(f"DataLoader batch {b} is a dict with keys {found}, without {missing}; expected "
+                            f"{_BATCH_FORMS} - rename its keys or wrap the data as TensorDataset(x, y)")
+        return [batch[pick[k]] for k in ("x", "y", "g") if pick[k] is not None]
+    if not isinstance(batch, (list, tuple)) or len(batch) not in (2, 3):
+        what = f"a {len(batch)}-item {type(batch).__name__}" if isinstance(batch, (list, tuple)) else f"a {type(batch).__name__}"
+        raise DataError(f"DataLoader batch {b} is {what}; expected {_BATCH_FORMS} - return (x, y) from the "
+                        "dataset's __getitem__ or wrap the data as TensorDataset(x, y)")
+    return list(batch)
+
+
+def _batches(loader: Any) -> Any:
+    """The loader's batches; an exception the loader itself raises (its dataset's ``__getitem__``, its
+    ``collate_fn``) is a one-line ``DataError`` naming it: the fault is in the data, not in robfair."""
+    it = iter(loader)
+    b = 0
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except Exception as e:  # noqa: BLE001 - the user's dataset or collate_fn
+            first = str(e).splitlines()[0][:160] if str(e) else ""
+            raise DataError(f"the DataLoader failed on batch {b} ({type(e).__name__}: {first}); fix its dataset or "
+                            "collate_fn (images of one size, numeric labels), or pass (x, y) tensors") from None
+        yield batch
+        b += 1
+
+
 def _collect(loader: Any) -> list[torch.Tensor]:
     cols: list[list[torch.Tensor]] | None = None
-    for batch in loader:
-        if isinstance(batch, dict):
-            batch = [batch[k] for k in ("x", "y", "g") if k in batch] or list(batch.values())
-        if not isinstance(batch, (list, tuple)) or len(batch) not in (2, 3):
-            raise DataError(f"a DataLoader batch must be (x, y) or (x, y, g), got a {type(batch).__name__}; "
-                            "wrap the data as TensorDataset(x, y)")
+    for b, batch in enumerate(_batches(loader)):
+        parts = _batch_parts(batch, b)
         if cols is None:
-            cols = [[] for _ in batch]
-        for c, t in zip(cols, batch):
-            c.append(torch.as_tensor(t))
+            cols = [[] for _ in parts]
+        elif len(parts) != len(cols):
+            raise DataError(f"DataLoader batch {b} has {len(parts)} parts but batch 0 had {len(cols)}; yield the same "
+                            "(x, y) or (x, y, g) in every batch")
+        for c, t, name in zip(cols, parts, ("images", "labels", "group ids")):
+            try:
+                c.append(torch.as_tensor(t))
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise DataError(f"DataLoader batch {b}: its {name} are a {type(t).__name__} that is not numeric "
+                                f"({str(e).splitlines()[0][:80]}); expected {_BATCH_FORMS}") from None
     if not cols:
         raise DataError("the DataLoader yielded no batches; check its dataset")
+    for c, name in zip(cols, ("images", "labels", "group ids")):
+        if len({tuple(t.shape[1:]) for t in c}) > 1:
+            raise DataError(f"the DataLoader's {name} change shape between batches ({sorted({tuple(t.shape[1:]) for t in c})[:3]}); "
+                            "resize the images to one size in the dataset's transform")
     return [torch.cat(c) for c in cols]
 
 
@@ -87,7 +139,10 @@ def as_dataset(data: Any, *, classes: Any = None, groups: Sequence[str] | None =
 
     Accepts a robfair ``Dataset``; ``(x, y)`` or ``(x, y, g)`` as torch tensors or numpy arrays (images
     (N, C, H, W), (N, H, W, C) or (N, H, W), float in [0, 1] or uint8); a ``TensorDataset``; a
-    ``DataLoader`` (iterated once, in its order) or any map-style torch dataset yielding ``(x, y)``.
+    ``DataLoader`` (iterated once, in its order) or any map-style torch dataset whose batches are
+    ``(x, y)`` / ``(x, y, g)`` or dicts naming them by a key of :data:`BATCH_KEYS` (``image`` /
+    ``label`` ...; other fields such as file names are not audited). Any other batch, or a loader that
+    fails, is a one-line ``DataError`` naming what it holds and what is expected.
     ``classes``: class names (or a count; default "0".."K-1"); ``groups``: names of the group ids ``g``."""
     if isinstance(data, Dataset):
         ds = data
@@ -156,13 +211,36 @@ def check_class_order(model_classes: Sequence[str] | None, data_classes: Sequenc
                         "--class-map (Python: audit(..., classes=[...])) or pick the matching data")
 
 
+def class_order(model_classes: Sequence[str] | None, data_classes: Sequence[str], *, stated: bool = False,
+                what: str = "the model") -> dict[str, Any]:
+    """How the dataset's labels were matched to the model's outputs, for ``audit.json``'s
+    ``meta.class_order``: ``{"status": "checked"}`` (the names the model stores equal the dataset's,
+    order included; a mismatch is :func:`check_class_order`'s ``DataError``), ``{"status": "stated"}``
+    (``--class-map`` / ``classes=`` gave the order) or ``{"status": "unchecked", "note": ...}``: the
+    model stores no class names (or only unnamed ones), said once so that a silent skip never passes
+    for a check."""
+    if stated:
+        return {"status": "stated"}
+    check_class_order(model_classes, data_classes, what=what)
+    if model_classes is not None and list(model_classes) == list(data_classes):
+        return {"status": "checked"}
+    shown = ", ".join(list(data_classes)[:4]) + (", ..." if len(data_classes) > 4 else "")
+    why = ("stores no class names" if model_classes is None else
+           "stores only unnamed classes (0, 1, ...)" if _default_names(model_classes) else
+           "names its classes but the dataset's are unnamed (0, 1, ...)")
+    return {"status": "unchecked",
+            "note": f"{what} {why}, so its class order was not checked: output k is taken to be the dataset's "
+                    f"class k ({shown}); store the names in the model file or state them with --class-map "
+                    "(Python: classes=[...])"}
+
+
 def parse_class_map(text: str, model_classes: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
     """``--class-map``: ``model`` (use the model's stored order), ``DATA=MODEL,...`` renames (then the
     model's order), a comma list of the model's classes in output order, or a .json/.yaml file with
     such a list or mapping. Returns (model classes in output order, renames dataset->model)."""
     value: Any = text
     p = Path(str(text)).expanduser()
-    if p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file():
+    if p.suffix.lower() in (".json", ".yaml", ".yml") and p.exists() and not p.is_dir():  # a FIFO: refused by the reader
         try:
             value = load_yaml(p, "--class-map file", error=DataError)
         except yaml.YAMLError as e:
@@ -217,16 +295,19 @@ def _widen_to_model(model: Any, ds: Dataset) -> Dataset:
         dev = next(iter(model.parameters())).device
     except (StopIteration, AttributeError, RuntimeError):
         dev = torch.device("cpu")
+    # lazy: layering (data sits below models)
+    from ..models.validate import guarded
+
     was_training = model.training
     model.eval()  # never a train-mode forward: it would update BatchNorm statistics
     try:
         with torch.no_grad():
-            out = model(ds.images(slice(0, 1)).to(dev))
-    except Exception:  # the audit's own model check reports a model that does not fit the data
+            out = guarded(model)(ds.images(slice(0, 1)).to(dev))
+        k = int(out.shape[-1]) if isinstance(out, torch.Tensor) and out.ndim == 2 else ds.num_classes
+    except (Exception, SystemExit):  # noqa: BLE001 - the audit's own model check names what the model did
         return ds
     finally:
         model.train(was_training)
-    k = int(out.shape[-1]) if out.ndim == 2 else ds.num_classes
     if k <= ds.num_classes:
         return ds
     return Dataset(x=ds.x, y=ds.y, classes=[str(i) for i in range(k)], g=ds.g, groups=ds.groups, name=ds.name)
@@ -253,3 +334,10 @@ def audit_inputs(model: Any, data: Any, *, mean: Any = None, std: Any = None,
     else:
         check_class_order(model_classes(model), ds.classes)
     return model, ds
+
+
+def audit_class_order(model: Any, ds: Dataset, classes: Sequence[str] | None) -> dict[str, Any]:
+    """:func:`class_order` of an audit after :func:`audit_inputs` (``classes``: what the caller passed)."""
+    from ..models.sources import model_classes  # lazy: layering (as audit_inputs)
+
+    return class_order(model_classes(model), ds.classes, stated=classes is not None)

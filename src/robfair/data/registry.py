@@ -27,6 +27,7 @@ import torch
 
 from ..errors import DataError
 from ..registry import Registry
+from ..utils import input_file
 from .base import Dataset
 from .coerce import subsample
 
@@ -157,6 +158,8 @@ def load_dataset(spec: str, split: str = "test", root: str | os.PathLike | None 
         if path is not None and path.resolve() != root_path.resolve():
             raise DataError(f"dataset path given twice ({path} in '{spec}' and root={root_path}); give it once")
         path = root_path
+    if path is not None and path.exists() and not path.is_dir():
+        input_file(path, f"--data {canonical}: path", error=DataError)  # a FIFO or device: refused, never opened
     accepted = loader_options(loader)
     subset = {k: opts.pop(k) for k in SUBSET_OPTIONS if k in opts and k not in accepted}
     selected = opts.pop("groups", None)

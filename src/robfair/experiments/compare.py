@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
@@ -65,6 +65,44 @@ def _paired(ref: Any, run: Any) -> dict[str, tuple[Any, Any]] | None:
     clean = tuple(o.clean_pred == o.y for o in (a, b))
     robust = tuple(o.robust() for o in (a, b))
     return {"clean_acc": clean, "rob_acc": robust, "bndy_err": tuple(c & ~r for c, r in zip(clean, robust))}
+
+
+def _data_line(fp: Mapping[str, Any]) -> str:
+    """``digits test, 451 samples`` for a fingerprint."""
+    where = " ".join(str(fp[k]) for k in ("dataset", "split") if fp.get(k))
+    return f"{where + ', ' if where else ''}{fp.get('n')} samples"
+
+
+def same_data(ref_label: str, ref: Any, label: str, run: Any) -> tuple[bool | None, str | None]:
+    """Whether two audits ran on the same samples, by their fingerprints (:meth:`robfair.audit.
+    AuditReport.fingerprint`): ``(True, None)`` same samples in the same order; ``(False, note)``
+    other samples of the same data (the note says how they differ; no paired test); ``(None, note)``
+    a run without a fingerprint (an older file; its outcomes alone decide). Runs audited on another
+    dataset or split are refused (one line): their per-class numbers measure other images."""
+    audits = [(lab, a) for lab, a in ((ref_label, ref), (label, run)) if callable(getattr(a, "fingerprint", None))]
+    fps = {lab: a.fingerprint() for lab, a in audits}
+    fa, fb = fps.get(ref_label), fps.get(label)
+    if fa is None or fb is None:
+        older = [lab for lab, f in fps.items() if f is None]  # a bare GroupReport has nothing to say
+        if not older:
+            return None, None
+        return None, (f"no fingerprint: older file ({', '.join(repr(o) for o in older)}); whether '{ref_label}' and "
+                      f"'{label}' were audited on the same samples is judged from their outcomes.npz alone")
+    for k in ("dataset", "split"):
+        if fa.get(k) and fb.get(k) and fa[k] != fb[k]:
+            raise RobfairError(f"runs '{ref_label}' and '{label}' were audited on different data ({_data_line(fa)} vs "
+                               f"{_data_line(fb)}); their per-class numbers measure other images - compare runs "
+                               "audited on the same dataset and split")
+    diff = [k for k in ("n", "indices", "labels", "groups") if fa.get(k) != fb.get(k)]
+    if not diff:
+        return True, None
+    how = (f"{fa.get('n')} vs {fb.get('n')} samples" if "n" in diff else
+           f"the same {fa.get('n')} sample positions with other labels" if "indices" not in diff and "labels" in diff else
+           f"the same {fa.get('n')} samples with other group ids" if "indices" not in diff else
+           f"{fa.get('n')} samples each, but other ones or in another order")
+    where = " ".join(str(fa[k]) for k in ("dataset", "split") if fa.get(k))
+    return False, (f"'{ref_label}' and '{label}' were audited on different data ({where + ': ' if where else ''}{how}): "
+                   "no paired test - they are compared as independent samples")
 
 
 def _signed(v: float) -> str:
@@ -107,6 +145,8 @@ class Comparison:
     aggregates: pd.DataFrame
     alpha: float
     n_boot: int
+    #: what the reader must know about the data (runs audited on other samples, older files)
+    notes: list[str] = field(default_factory=list)
 
     def tables(self) -> list[Table]:
         """Side-by-side per-class table and the aggregate differences, display + numbers."""
@@ -203,7 +243,7 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         clean = lambda df: json.loads(df.to_json(orient="records"))  # noqa: E731  (NaN -> null)
         return {"schema": "robfair.compare/1", "labels": self.labels, "alpha": self.alpha, "n_boot": self.n_boot,
-                "per_class": clean(self.per_class), "aggregates": clean(self.aggregates)}
+                "notes": list(self.notes), "per_class": clean(self.per_class), "aggregates": clean(self.aggregates)}
 
 
 def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> Comparison:
@@ -220,9 +260,12 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
     rng = np.random.Generator(np.random.PCG64(seed))
     boot_ref = _boot(ref, n_boot, rng) if n_boot else None
     z_avg = NormalDist().inv_cdf(1 - alpha / 2)  # the unpaired averages' Newcombe interval, at 1 - alpha
-    per_class, aggs = [], []
+    per_class, aggs, notes = [], [], []
     for j, (lab, rep) in enumerate(items[1:], start=1):
-        paired = _paired(audits[0], audits[j])
+        same, note = same_data(ref_label, audits[0], lab, audits[j])
+        if note is not None and note not in notes:
+            notes.append(note)
+        paired = _paired(audits[0], audits[j]) if same is not False else None
         gid = audits[0].outcomes.group if paired else None
         for metric, _ in RATES:
             k1, n1 = _counts(ref, metric)
@@ -282,7 +325,7 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                              "diff": a[metric][stat] - a_ref[metric][stat], "lo": float(lo), "hi": float(hi), "p": p,
                              "beyond": bool(lo > 0 or hi < 0), "test": "bootstrap", "interval": "percentile",
                              "level": 1 - alpha})
-    return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot)
+    return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot, notes)
 
 
 def run_label(path: str | Path) -> str:
@@ -324,4 +367,4 @@ def load_report(path: str | Path) -> tuple[str, Any]:
     try:
         return label, read_audit(p)
     except RobfairError as e:
-        raise RobfairError(f"{e}; re-run the audit or pick another run") from None
+        raise RobfairError(str(e) if ";" in str(e) else f"{e}; re-run the audit or pick another run") from None  # one fix

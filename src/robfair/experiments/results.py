@@ -30,7 +30,7 @@ from ..report.certify import read_certify
 from ..report.tables import RunEntry
 from ..runfolder import (AUDIT_FILE, CHECKPOINTS_DIR, CONFIG_FILE, RUN_SPEC_FILE, TENSORBOARD_DIR, RunFolder,
                          is_audit_file)
-from ..safeio import read_json, read_text_capped, yaml_loads
+from ..safeio import input_file, read_json, read_text_capped, yaml_loads
 from .config import RUN_SCHEMA, RunSpec
 from .store import INDEX_NAME, Store
 
@@ -108,8 +108,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _sweep_from_audit(path: Path) -> list[Any] | None:
     """The eps sweep ``robfair audit --eps-sweep`` stores inside audit.json (its main attack's)."""
     try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
+        d = read_json(path, "audit file")
+    except (OSError, RobfairError):
         return None
     sweeps = d.get("eps_sweep") if isinstance(d, dict) else None
     if not isinstance(sweeps, dict) or not sweeps:
@@ -139,10 +139,12 @@ def load_audit_file(path: str | Path) -> list[RunEntry]:
     """Runs from one audit JSON file (see the module docstring); RobfairError when it is not one."""
     path = Path(path).expanduser()
     try:
-        d = json.loads(path.read_text())
+        input_file(path, "audit file")  # a FIFO, socket or device: its own line
     except FileNotFoundError:
         raise RobfairError(f"{path} does not exist; pass a run folder, a study folder or an audit.json file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:
+        d = read_json(path, "audit file")
+    except (OSError, RobfairError):
         raise RobfairError(f"{path} is truncated or not JSON; pass an audit.json written by robfair") from None
     name = path.parent.resolve().name if is_audit_file(path) else path.stem
     if isinstance(d, dict) and d.get("schema") == "robfair.demo/1":

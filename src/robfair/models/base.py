@@ -19,6 +19,9 @@ from ..registry import Registry
 MODELS: Registry = Registry("model", ModelError)
 """name -> ``factory(num_classes, in_shape, **kwargs) -> nn.Module`` returning logits."""
 
+#: what a loaded model carries about its file (class order, path), kept by every wrapper robfair adds
+TAGS = ("robfair_classes", "robfair_source")
+
 
 class Normalized(nn.Module):
     """``net((x - mean) / std)``: puts the input normalization inside the model.
@@ -157,7 +160,15 @@ def with_normalization(model: nn.Module, mean: Any, std: Any, channels: int | No
                          "drop --mean/--std (mean=/std=) or the inputs are normalized twice")
     wrapped = Normalized(model, mean, std, channels=channels)
     wrapped.training = model.training  # the flag only: audit() restores the user's mode, not a new module's
-    for attr in ("robfair_classes",):
-        if hasattr(model, attr):
-            setattr(wrapped, attr, getattr(model, attr))
-    return wrapped
+    return copy_tags(model, wrapped)
+
+
+def copy_tags(src: Any, dst: nn.Module) -> nn.Module:
+    """``dst`` with ``src``'s :data:`TAGS` (the class order and file a wrapper's model came with)."""
+    for attr in TAGS:
+        if hasattr(src, attr):
+            try:
+                setattr(dst, attr, getattr(src, attr))
+            except (AttributeError, RuntimeError, TypeError):  # a ScriptModule refusing new attributes
+                pass
+    return dst

@@ -39,7 +39,7 @@ import yaml
 from torch import nn
 
 from ..errors import ModelError
-from ..safeio import read_text_capped, yaml_loads
+from ..safeio import input_file, read_text_capped, yaml_loads
 from . import checkpoint as _ckpt
 from .factory import create
 
@@ -126,6 +126,8 @@ def import_arch(arch: str) -> Any:
         raise ModelError(f"--arch {arch!r} must be FILE.py:NAME with NAME a class or function, e.g. mynet.py:SmallCNN")
     file = Path(where).expanduser()
     if where.endswith(".py") or file.exists():
+        if file.exists() and not file.is_dir():
+            input_file(file, "--arch file", error=ModelError)  # a FIFO or device: refused, never imported
         if not file.is_file():
             raise ModelError(f"--arch file {file} does not exist; pass the .py file that defines {name}")
         mod_name = f"robfair_user_arch_{abs(hash(str(file.resolve())))}"
@@ -136,10 +138,15 @@ def import_arch(arch: str) -> Any:
         sys.modules[mod_name] = module
         try:
             spec.loader.exec_module(module)
+        except SystemExit as e:  # the file's script part ran on import: the user's code, not a reason to stop
+            del sys.modules[mod_name]
+            raise ModelError(f"importing --arch file {file} called sys.exit({e.code!r}); put the file's script part "
+                             "under `if __name__ == \"__main__\":` so importing it only defines the model") from None
         except Exception as e:
             del sys.modules[mod_name]
-            raise ModelError(f"importing {file} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
-                             "fix the file so `python FILE.py` runs") from None
+            raise ModelError(f"importing --arch file {file} failed ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120] if str(e) else ''}); fix the file so `python FILE.py` "
+                             "runs") from None
     else:
         try:
             module = importlib.import_module(where)
@@ -163,6 +170,13 @@ def build_arch(arch: Any, arch_kwargs: Mapping[str, Any] | None = None) -> nn.Mo
     except TypeError as e:
         raise ModelError(f"building {getattr(factory, '__name__', factory)}(**{kwargs}) failed ({e}); "
                          "pass the constructor's arguments with --arch-kwargs '{\"width\": 32}'") from None
+    except (KeyboardInterrupt, ModelError):
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's constructor: what it raises is its own
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise ModelError(f"building {getattr(factory, '__name__', factory)}(**{kwargs}) raised {type(e).__name__}"
+                         f"{': ' + first if first else ''}; fix the constructor, or pass its arguments with "
+                         "--arch-kwargs") from None
     if not isinstance(net, nn.Module):
         raise ModelError(f"{getattr(factory, '__name__', factory)} returned a {type(net).__name__}, not a torch.nn.Module; "
                          "pass a module class or a function that returns one")
@@ -174,7 +188,7 @@ def parse_arch_kwargs(text: str | None) -> dict[str, Any]:
     if text is None or not str(text).strip():
         return {}
     p = Path(str(text)).expanduser()
-    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.is_file()
+    is_file = p.suffix.lower() in (".json", ".yaml", ".yml") and p.exists() and not p.is_dir()
     src = read_text_capped(p, "--arch-kwargs file", error=ModelError) if is_file else str(text)
     try:
         value = yaml_loads(src, "--arch-kwargs", error=ModelError)  # YAML is a superset of JSON
@@ -250,36 +264,65 @@ def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
                          "safetensors.torch.save_file") from None
 
 
-def _classes_from(value: Any) -> list[str] | None:
+def _classes_from(value: Any, path: Path | None = None, where: str = "classes") -> list[str] | None:
+    """The class names a model file stores: a JSON list (``json.dumps(names)``), or text with one
+    name a line (or comma-separated), as ``str`` or as the ``bytes`` TorchScript's and torch.export's
+    extra files come back as; a list or tuple of names; a mapping ``{index: name}`` or
+    ``{name: index}``. None when nothing is stored (empty, or only a class count);
+    ``ModelError`` (one line) when something is stored that is no list of names, so a class order the
+    file claims is never silently dropped."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ModelError(f"{path}: its {where} entry is not UTF-8 text; store the class names as "
+                             "json.dumps(names)") from None
     if isinstance(value, str):
+        if not value.strip():
+            return None
         try:
             value = json.loads(value)
         except ValueError:
             value = [s for s in value.replace(",", "\n").splitlines() if s.strip()]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(c, (str, int)) for c in value):
-        return [str(c).strip() for c in value]
-    return None
+    if value is None or isinstance(value, (int, float)) or (isinstance(value, (list, tuple, dict)) and not value):
+        return None  # nothing stored, or only a count
+    if isinstance(value, dict):  # {index: name} (idx_to_class) or {name: index} (class_to_idx)
+        keys, vals = list(value), list(value.values())
+        if all(str(k).lstrip("-").isdigit() for k in keys):
+            value = [value[k] for k in sorted(keys, key=lambda k: int(k))]
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and sorted(vals) == list(range(len(vals))):
+            value = sorted(keys, key=lambda k: value[k])
+    if isinstance(value, (list, tuple)) and all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in value):
+        names = [str(c).strip() for c in value]
+        if len(set(names)) != len(names) or not all(names):
+            raise ModelError(f"{path}: its {where} entry names the classes {names}, which are not unique and "
+                             "non-empty; store one distinct name per output, in output order")
+        return names
+    raise ModelError(f"{path}: its {where} entry is a {type(value).__name__}, not a list of class names; store "
+                     "them as json.dumps(names) (one name per output, in output order)")
 
 
 # ============================================================================== exported / scripted programs
 class _FixedBatch(nn.Module):
-    """Runs a program exported for one batch size on any batch: chunks, pads the last chunk, trims."""
+    """Runs a program exported for one batch size (or a range ``low..batch`` of them) on any batch:
+    chunks of at most ``batch``, a chunk below ``low`` padded with copies of its last image, trimmed."""
 
-    def __init__(self, net: nn.Module, batch: int) -> None:
+    def __init__(self, net: nn.Module, batch: int, low: int | None = None) -> None:
         super().__init__()
         self.net = net
         self.batch = batch
+        self.low = batch if low is None else low
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b = self.batch
-        if x.shape[0] == b:
+        b, lo = self.batch, self.low
+        if lo <= x.shape[0] <= b:
             return self.net(x)
         outs = []
         for i in range(0, x.shape[0], b):
             chunk = x[i:i + b]
             m = chunk.shape[0]
-            if m < b:
-                chunk = torch.cat([chunk, chunk[-1:].expand(b - m, *chunk.shape[1:])])
+            if m < lo:
+                chunk = torch.cat([chunk, chunk[-1:].expand(lo - m, *chunk.shape[1:])])
             outs.append(self.net(chunk)[:m])
         return torch.cat(outs)
 
@@ -300,26 +343,50 @@ class _Exported(nn.Module):
         return self.net(x)
 
 
-def _load_export(path: Path) -> nn.Module:
+def _export_input(ep: Any) -> tuple[tuple[int, int | None] | None, tuple[int | None, ...] | None]:
+    """The batch sizes a ``torch.export`` program accepts (``(low, high)``, high None: no bound)
+    and the fixed sizes of its image dimensions (None where dynamic), from its first user input."""
+    inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs]
+    shape = inputs[0].meta["val"].shape if inputs else None
+    if shape is None:
+        return None, None
+
+    def bounds(d: Any) -> tuple[int, int | None] | None:
+        if isinstance(d, int):
+            return int(d), int(d)
+        vr = ep.range_constraints.get(getattr(getattr(d, "node", None), "expr", None))
+        if vr is None:
+            return None
+        lo, hi = vr.lower, vr.upper
+        return int(lo), None if bool(hi > 2**31) else int(hi)  # torch's int_oo: no upper bound
+
+    image = tuple(int(d) if isinstance(d, int) else None for d in shape[1:])
+    return bounds(shape[0]), image
+
+
+def _load_export(path: Path) -> tuple[nn.Module, list[str] | None]:
+    extra = {"classes": ""}
     try:
-        ep = torch.export.load(str(path))
+        ep = torch.export.load(str(path), extra_files=extra)
     except Exception as e:
         raise ModelError(f"cannot read {path} as a torch.export program ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
                          f"re-export it with torch.export.save (torch {torch.__version__} reads it)") from None
     net = ep.module()
-    batch = None
     try:
-        inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs]
-        shape = inputs[0].meta["val"].shape if inputs else None
-        if shape is not None and isinstance(shape[0], int):
-            batch = int(shape[0])
+        batch, image = _export_input(ep)
     except Exception:  # pragma: no cover - metadata layout differs across torch versions
-        batch = None
+        batch, image = None, None
     model: nn.Module = _Exported(net)
-    if batch is not None:
-        log.info("%s was exported for batch size %d; running it in chunks of that size", path, batch)
-        model = _FixedBatch(model, batch)
-    return model
+    if batch is not None and (batch[0] > 1 or batch[1] is not None):
+        lo, hi = batch
+        if hi is not None and lo == hi:
+            log.info("%s was exported for batch size %d; running it in chunks of that size", path, hi)
+        else:
+            log.info("%s was exported for batch sizes %d..%s; running it in chunks within them", path, lo, hi)
+        model = _FixedBatch(model, hi if hi is not None else max(lo, 1 << 30), low=lo)
+    if image is not None:
+        model.robfair_input_shape = image  # the image shape its guards fix: checked against the data up front
+    return model, _classes_from(extra.get("classes"), path, "extra file 'classes'")
 
 
 def _load_torchscript(path: Path, map_location: Any) -> tuple[nn.Module, list[str] | None]:
@@ -331,7 +398,7 @@ def _load_torchscript(path: Path, map_location: Any) -> tuple[nn.Module, list[st
     except Exception as e:
         raise ModelError(f"cannot read {path} as TorchScript ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
                          "re-save it with torch.jit.save") from None
-    return net, _classes_from(extra.get("classes") or None)
+    return net, _classes_from(extra.get("classes"), path, "extra file 'classes'")
 
 
 # ============================================================================== robustbench
@@ -451,7 +518,21 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
 
     ``arch``: ``"FILE.py:NAME"``, ``"module:NAME"``, a class or a factory, required for a bare state
     dict or a safetensors file; ``arch_kwargs`` its constructor arguments. ``model_dir``: RobustBench's
-    model folder for ``robustbench:NAME``. Raises a one-line :class:`ModelError` naming the forms."""
+    model folder for ``robustbench:NAME``. Raises a one-line :class:`ModelError` naming the forms.
+    The model carries ``robfair_source`` (``spec`` as given), so a fault of the model's own (its
+    forward raising, a tuple for logits, NaN) is named after its file."""
+    model, meta = _load_any(spec, arch=arch, arch_kwargs=arch_kwargs, model_dir=model_dir, map_location=map_location)
+    code = arch if arch is None or isinstance(arch, str) else getattr(arch, "__name__", type(arch).__name__)
+    try:
+        model.robfair_source = str(spec) if code is None else f"{spec} ({code})"
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - a module refusing new attributes
+        pass
+    return model, meta
+
+
+def _load_any(spec: str | os.PathLike, *, arch: Any, arch_kwargs: Mapping[str, Any] | None,
+              model_dir: str | os.PathLike | None, map_location: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`load_any` without the source tag."""
     if isinstance(spec, str) and spec.startswith("robustbench:"):
         if arch is not None:
             raise ModelError("robustbench models bring their architecture; drop --arch")
@@ -474,13 +555,14 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
     if kind == "export":
         if arch is not None:
             raise ModelError(f"{path} is a torch.export program, which brings its architecture; drop --arch")
-        return _load_export(path), {**base, "source": "export", "classes": None}
+        net, classes = _load_export(path)
+        return _tag(net, classes), {**base, "source": "export", "classes": classes}
     if kind == "safetensors":
         state, smeta = _read_safetensors(path)
         if arch is None:
             raise ModelError(f"{path} is a safetensors file of weights only; pass the architecture with "
                              "--arch FILE.py:NAME (Python: arch=...)")
-        classes = _classes_from(smeta.get("classes")) if smeta.get("classes") else None
+        classes = next((_classes_from(smeta[k], path, f"metadata '{k}'") for k in _CLASS_KEYS if k in smeta), None)
         net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
         return _tag(net.eval(), classes), {**base, "source": "safetensors", "classes": classes, "extra": smeta}
     if kind == "unknown":
@@ -500,7 +582,7 @@ def load_any(spec: str | os.PathLike, *, arch: Any = None, arch_kwargs: Mapping[
         raise ModelError(f"{path} is a state dict (weights without their architecture); pass --arch FILE.py:NAME "
                          "(and --arch-kwargs) for the model class it was saved from, or save the model as TorchScript "
                          "(torch.jit.save) or torch.export (.pt2)")
-    classes = next((_classes_from(container[k]) for k in _CLASS_KEYS if k in container), None)
+    classes = next((_classes_from(container[k], path, f"'{k}' entry") for k in _CLASS_KEYS if k in container), None)
     net = load_weights(build_arch(arch, arch_kwargs), state, path, str(arch))
     return _tag(net.eval(), classes), {**base, "source": "state-dict", "classes": classes,
                                         "extra": {k: v for k, v in container.items() if k not in _CLASS_KEYS}}

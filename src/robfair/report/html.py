@@ -34,7 +34,7 @@ import numpy as np
 from markupsafe import Markup
 
 from .. import __version__
-from ..inert import mpl_rc
+from ..inert import mpl_rc, visible
 from ..metrics import wilson
 from ..runfolder import RunFolder, is_audit_file, read_jsonl
 from ..safeio import ResultSet
@@ -478,13 +478,22 @@ def display_table(t: Table, max_columns: int = 14) -> Table:
                  emph, good)
 
 
+def _visible(value: Any) -> Any:
+    """Every value the page shows, before it is escaped: text without control, format or bidi
+    characters (:func:`robfair.inert.visible`; a class name with a right-to-left override never
+    reorders the page), numbers as they are."""
+    if isinstance(value, Markup):
+        return Markup(visible(str(value)))
+    return visible(value) if isinstance(value, str) else value
+
+
 def render_html(*, title: str, description: str, meta: list[tuple[str, str]], tables: Sequence[Table],
                 figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
                 statements: Sequence[tuple[str, str]] = (), probes: Sequence[ProbeLine] = ()) -> str:
     """The page from its parts (Jinja2, autoescape on)."""
     import jinja2  # lazy: start-up time (jinja2, ~0.1 s, only when a page is rendered)
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"), finalize=_visible,
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["cell"] = _cell
     return env.get_template("report.html.j2").render(title=title, description=description, meta=meta,

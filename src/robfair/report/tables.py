@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
-from ..inert import csv_cell, plain
+from ..inert import csv_cell, plain, visible
 from ..metrics import seed_summary
 from ..metrics.stats import dafa_rho, wilson
 from ..utils import atomic_path
@@ -602,7 +602,7 @@ def table_markdown(t: Table) -> str:
 def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "") -> str:
     parts = [f"## {_md_cell(title)}\n"] if title else []
     if intro:
-        parts.append(intro.strip().replace("<", "&lt;").replace(">", "&gt;") + "\n")
+        parts.append(visible(intro.strip()).replace("<", "&lt;").replace(">", "&gt;") + "\n")
     parts += [table_markdown(t) for t in tables]
     return "\n".join(parts)
 

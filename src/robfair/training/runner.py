@@ -19,6 +19,7 @@ from ..data import load_dataset, stratified_split
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
 from ..models import create, load_checkpoint
+from ..models.validate import nonfinite_weights
 from ..seeding import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
@@ -111,6 +112,10 @@ def load_init(model: nn.Module, path: str) -> None:
         what = ", ".join(f"{k} {have.get(k)!r} (config: {want.get(k)!r})" for k in diff)
         raise ModelError(f"--init {path} does not fit the configured model: it has {what}; "
                          "pick a checkpoint of the same architecture and class count, or change model")
+    bad = nonfinite_weights(loaded)
+    if bad:
+        raise ModelError(f"--init {path} holds NaN/Inf in {len(bad)} weight tensors ({', '.join(bad[:3])}"
+                         f"{', ...' if len(bad) > 3 else ''}); pick a checkpoint from before that run diverged")
     model.load_state_dict(loaded.state_dict())
 
 

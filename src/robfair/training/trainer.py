@@ -49,6 +49,7 @@ from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
 from ..models import load_checkpoint, save_checkpoint
+from ..models.validate import NonFiniteLogits
 from ..provenance import run_info
 from ..runfolder import RunFolder
 from ..seeding import derive_seed, make_generator
@@ -367,6 +368,7 @@ class Trainer:
         if self.folder is not None and self.folder.best.exists():
             loaded, _ = load_checkpoint(self.folder.best, map_location="cpu")
             best.load_state_dict(loaded.state_dict())
+            best.robfair_source = str(self.folder.best)  # the final audit names the file it audits
         elif self._best_state is not None:
             best.load_state_dict(self._best_state)
         return best.eval()
@@ -456,10 +458,15 @@ class Trainer:
         nb = math.ceil(len(ds) / bs)
         self._emit("on_val_start", epoch, nb)
         attacks = [self.val_attack.attack] if self.val_attack is not None and cfg.eps > 0 else []
-        out = evaluate(D.unwrap(model), ds, attacks, float(cfg.eps), batch_size=bs, device=dev,
-                       seed=derive_seed(cfg.seed, "val-initial" if initial else "val", epoch, self.dist.rank),
-                       precision=cfg.precision, channels_last=self.channels_last, early_exit=True,
-                       progress=lambda _s, done, _t: self._emit("on_val_batch", epoch, done - 1, nb))
+        try:
+            out = evaluate(D.unwrap(model), ds, attacks, float(cfg.eps), batch_size=bs, device=dev,
+                           seed=derive_seed(cfg.seed, "val-initial" if initial else "val", epoch, self.dist.rank),
+                           precision=cfg.precision, channels_last=self.channels_last, early_exit=True,
+                           progress=lambda _s, done, _t: self._emit("on_val_batch", epoch, done - 1, nb))
+        except NonFiniteLogits as e:  # the model being trained, not a file of the user's: it diverged
+            when = "before training" if initial else f"in epoch {epoch + 1}"
+            raise ConfigError(f"training diverged: the model returns NaN/Inf logits for {e.bad} of {e.n} validation "
+                              f"samples {when}; lower lr, add warmup_epochs or use precision fp32") from None
         adv = out.adv_pred[out.attacks[0]][0] if attacks else out.clean_pred
         y, g, clean, adv = (D.gather_cat(torch.from_numpy(a), self.dist) for a in (out.y, out.group, out.clean_pred, adv))
         has_groups = ds.g is not None
