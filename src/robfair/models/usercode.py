@@ -77,8 +77,9 @@ class _Isolated:
     gone from ``sys.modules`` (modules of the same top-level names loaded before from elsewhere are
     set aside while inside when ``shadow``, as the folders would shadow them in a fresh ``python``)."""
 
-    def __init__(self, front: list[Path], back: list[Path] = (), *, shadow: bool = True, keep: str | None = None):
-        self.front, self.back, self.shadow, self.keep = list(front), list(back), shadow, keep
+    def __init__(self, front: list[Path], back: list[Path] = (), *, shadow: bool = True, keep: str | None = None,
+                 own: str | None = None):
+        self.front, self.back, self.shadow, self.keep, self.own = list(front), list(back), shadow, keep, own
         self.dirs = [d.resolve() for d in (*self.front, *self.back)]
 
     def __enter__(self) -> _Isolated:
@@ -92,7 +93,8 @@ class _Isolated:
             for name, mod in list(sys.modules.items()):
                 if name.partition(".")[0] in tops and mod is not None:
                     where = _where(mod)
-                    if where and (_under(where, self.dirs) or not _under(where, self.installed)):
+                    if where and (_under(where, self.dirs) or not _under(where, self.installed)
+                                  or name.partition(".")[0] == self.own):  # the file's own package, even installed
                         self.aside[name] = sys.modules.pop(name)
         sys.path[:0] = [str(d) for d in self.front]
         sys.path.extend(str(d) for d in self.back if str(d) not in sys.path)
@@ -131,7 +133,7 @@ def import_file(file: Path, unique: str) -> ModuleType:
     root, parts = package_of(file)
     front = [folder] + ([root] if parts else [])
     qualname = ".".join([*parts, file.stem]) if parts and file.stem.isidentifier() else None
-    with _Isolated(front, keep=None if qualname else unique):
+    with _Isolated(front, keep=None if qualname else unique, own=parts[0] if qualname else None):
         try:
             if qualname is not None:
                 return importlib.import_module(qualname)
@@ -182,12 +184,16 @@ def _failed(what: str, e: BaseException, searched: list[Path], *, file: Path | N
             return (f"{what} cannot be imported: no module named '{missing}' (searched the installed packages, "
                     f"then the current folder {searched[0]}); `pip install` the package that provides it, run from "
                     "the folder that holds it, or pass --arch FILE.py:NAME")
-        places = " and ".join(str(d) for d in searched)
+        parent, _, leaf = missing.rpartition(".")
+        pkg = sys.modules.get(parent) if parent else None  # still imported: this runs inside the import
+        inside = [Path(p) for p in getattr(pkg, "__path__", None) or [] if isinstance(p, str)]
+        put = f"{leaf}.py (or the folder {leaf}/) in {inside[0]}" if inside else \
+            f"{top}.py (or the folder {top}/) in {searched[0]}"
         where = "the file's folder" + (" and its package root" if package else "") if file is not None \
             else "the current folder"
         return (f"{what} failed: no module named '{missing}' ({'imported' + by + '; ' if by else ''}searched "
-                f"{where} {places}, then the installed packages); put {top}.py (or the folder {top}/) in {searched[0]}, `pip install` the package that "
-                "provides it, or fix the import")
+                f"{where} {' and '.join(str(d) for d in searched)}, then the installed packages); put {put}, "
+                "`pip install` the package that provides it, or fix the import")
     msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
     if isinstance(e, ImportError) and "no known parent package" in msg and file is not None:
         return (f"{what} failed: it uses a relative import (`from .x import ...`) but its folder {searched[0]} has "
