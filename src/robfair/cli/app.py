@@ -641,19 +641,39 @@ def _check_classes(meta: dict, ds, class_map: Optional[str] = None):
 
 
 def _parse_stats(text: Optional[str], what: str):
-    """``--mean``/``--std``: a preset name or comma-separated numbers."""
+    """``--mean``/``--std``: a preset name (``cifar10``, ``cifar100``, ``imagenet``; the key of
+    ``NORMALIZATION_PRESETS``) or comma-separated finite numbers (a std positive), one line naming
+    the option otherwise; how many values the images need is checked against their channels later."""
     if text is None:
         return None
-    from ..errors import ModelError
+    import difflib
+    import math
 
-    t = text.strip().strip("()[]")
-    if t.replace("-", "").isalpha():
-        return t
+    from ..errors import ModelError
+    from ..models.base import NORMALIZATION_PRESETS, preset_key
+
+    presets = ", ".join(NORMALIZATION_PRESETS)
+    example = f"--{what} {'0.2471,0.2435,0.2616' if what == 'std' else '0.4914,0.4822,0.4465'} (one per channel)"
+    t = text.strip().strip("()[]").strip()
+    key = preset_key(t)
+    if key is not None:
+        return key
+    parts = [v.strip() for v in t.split(",")]
     try:
-        vals = [float(v) for v in t.split(",") if v.strip()]
+        vals = [float(v) for v in parts]
     except ValueError:
-        raise ModelError(f"--{what} {text!r} is not a list of numbers or a preset; write e.g. --{what} 0.5,0.5,0.5 "
-                         "or --{what} cifar10") from None
+        if not t or "" in parts:
+            raise ModelError(f"--{what} {text!r} has an empty value; write one number per channel, e.g. {example}, "
+                             f"or a preset: {presets}") from None
+        near = difflib.get_close_matches(t.lower(), list(NORMALIZATION_PRESETS), n=1, cutoff=0.6)
+        raise ModelError(f"--{what} {text!r} is neither numbers nor a normalization preset"
+                         + (f" (did you mean {near[0]}?)" if near else "")
+                         + f"; write e.g. {example} or a preset: {presets}") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise ModelError(f"--{what} {text!r} must hold finite numbers; write e.g. {example} or a preset: {presets}")
+    if what == "std" and min(vals) <= 0:
+        raise ModelError(f"--std {text!r} must be positive (each channel's standard deviation, the divisor of the "
+                         f"normalization); write e.g. {example} or a preset: {presets}")
     return vals
 
 

@@ -41,7 +41,12 @@ class Normalized(nn.Module):
         self.net = net
         m = channel_stats(mean, channels, "mean")
         s = channel_stats(std, channels, "std")
+        if m is not None and s is not None and len(m) != len(s) and 1 not in (len(m), len(s)):
+            raise ModelError(f"mean has {len(m)} values but std has {len(s)} (--mean/--std; Python: mean=/std=); "
+                             "pass as many of each: 1, or one per channel")
         c = channels or max(len(m or [0.0]), len(s or [1.0]))
+        m = m * c if m is not None and len(m) == 1 else m  # one value for every channel
+        s = s * c if s is not None and len(s) == 1 else s
         self.register_buffer("mean", torch.tensor(m or [0.0] * c, dtype=torch.float32).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(s or [1.0] * c, dtype=torch.float32).view(1, -1, 1, 1))
 
@@ -125,16 +130,23 @@ NORMALIZATION_PRESETS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = 
 }
 
 
+def preset_key(name: str) -> str | None:
+    """The :data:`NORMALIZATION_PRESETS` key a name means (case, ``-`` and ``_`` ignored: ``CIFAR-10``
+    is ``cifar10``), None for no preset."""
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    return key if key in NORMALIZATION_PRESETS else None
+
+
 def resolve_normalization(mean: Any, std: Any) -> tuple[Any, Any]:
     """``mean``/``std`` with preset names (``"cifar10"``, ``"cifar100"``, ``"imagenet"``) replaced by
     their values; a preset given for one of the two fills the other. Numbers need both."""
     presets = {}
     for what, v in (("mean", mean), ("std", std)):
         if isinstance(v, str):
-            key = v.strip().lower().replace("-", "")
-            if key not in NORMALIZATION_PRESETS:
-                raise ModelError(f"{what} {v!r} is not a number or a known preset; use a preset ({', '.join(NORMALIZATION_PRESETS)}) "
-                                 f"or numbers, e.g. {what}=(0.5, 0.5, 0.5)")
+            key = preset_key(v)
+            if key is None:
+                raise ModelError(f"normalization {what} {v!r} is not a number or a known preset; use a preset "
+                                 f"({', '.join(NORMALIZATION_PRESETS)}) or numbers, e.g. {what}=(0.5, 0.5, 0.5)")
             presets[what] = NORMALIZATION_PRESETS[key]
     if "mean" in presets:
         mean = presets["mean"][0]
@@ -144,7 +156,8 @@ def resolve_normalization(mean: Any, std: Any) -> tuple[Any, Any]:
         mean = presets["std"][0] if mean is None else mean
     if (mean is None) != (std is None):
         missing = "std" if std is None else "mean"
-        raise ModelError(f"normalization needs both mean and std; pass {missing} too (or a preset: cifar10, cifar100, imagenet)")
+        raise ModelError(f"normalization needs both mean and std (--mean and --std; Python: mean= and std=); pass "
+                         f"{missing} too, or a preset for either: {', '.join(NORMALIZATION_PRESETS)}")
     return mean, std
 
 

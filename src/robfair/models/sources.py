@@ -22,13 +22,10 @@ on the CPU (``map_location``), and carries ``robfair_classes`` when the file nam
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import os
 import struct
-import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -42,6 +39,7 @@ from ..errors import ModelError
 from ..safeio import input_file, read_text_capped, yaml_loads
 from . import checkpoint as _ckpt
 from .factory import create
+from .usercode import import_dotted, import_file
 
 log = logging.getLogger(__name__)
 
@@ -118,40 +116,23 @@ def detect_format(path: Path) -> str:
 def import_arch(arch: str) -> Any:
     """``"path/to/file.py:NAME"`` or ``"package.module:NAME"`` -> the class or factory ``NAME``.
 
-    The file is the user's own code and runs on import (as ``python file.py`` would)."""
+    The file is the user's own code and runs on import as ``python file.py`` would: with its folder
+    (and, inside a package, the package root) on the import path for that import only
+    (:mod:`robfair.models.usercode`)."""
     if not isinstance(arch, str) or ":" not in arch:
         raise ModelError(f"--arch {arch!r} must be FILE.py:NAME or module:NAME, e.g. --arch mynet.py:SmallCNN")
     where, _, name = arch.rpartition(":")
     if not where or not name.isidentifier():
         raise ModelError(f"--arch {arch!r} must be FILE.py:NAME with NAME a class or function, e.g. mynet.py:SmallCNN")
     file = Path(where).expanduser()
-    if where.endswith(".py") or file.exists():
+    if where.endswith(".py") or (file.exists() and not file.is_dir()):
         if file.exists() and not file.is_dir():
             input_file(file, "--arch file", error=ModelError)  # a FIFO or device: refused, never imported
         if not file.is_file():
             raise ModelError(f"--arch file {file} does not exist; pass the .py file that defines {name}")
-        mod_name = f"robfair_user_arch_{abs(hash(str(file.resolve())))}"
-        spec = importlib.util.spec_from_file_location(mod_name, file)
-        if spec is None or spec.loader is None:
-            raise ModelError(f"cannot import {file}; pass a Python source file (.py)")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except SystemExit as e:  # the file's script part ran on import: the user's code, not a reason to stop
-            del sys.modules[mod_name]
-            raise ModelError(f"importing --arch file {file} called sys.exit({e.code!r}); put the file's script part "
-                             "under `if __name__ == \"__main__\":` so importing it only defines the model") from None
-        except Exception as e:
-            del sys.modules[mod_name]
-            raise ModelError(f"importing --arch file {file} failed ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:120] if str(e) else ''}); fix the file so `python FILE.py` "
-                             "runs") from None
+        module = import_file(file, f"robfair_user_arch_{abs(hash(str(file.resolve())))}")
     else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise ModelError(f"--arch module '{where}' cannot be imported ({e}); pass FILE.py:NAME or an installed module") from None
+        module = import_dotted(where)
     obj = getattr(module, name, None)
     if obj is None or not callable(obj):
         found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)

@@ -227,7 +227,7 @@ def _check_inputs(model: nn.Module, x: torch.Tensor, num_classes: int | None) ->
             check_model_data(m, tuple(x.shape[1:]), num_classes)
             break
         if isinstance(m, Normalized) and c is not None:
-            k = int(m.mean.shape[1]) if m.mean.ndim > 1 else int(m.mean.numel())
+            k = max(int(t.shape[1]) if t.ndim > 1 else int(t.numel()) for t in (m.mean, m.std))
             if k not in (1, c):
                 raise ModelError(f"--mean/--std (Python: mean=/std=) for {name} have {k} values but the images have "
                                  f"{c} channel{'s' if c > 1 else ''}; pass {'1 value' if c == 1 else f'1 or {c} values'}")
