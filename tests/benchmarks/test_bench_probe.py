@@ -45,8 +45,8 @@ def test_simulation_on_a_tiny_grid(bench):
     assert [r["scenario"] for r in rows] == scenarios
     assert all(r["reps"] == 12 and len(r["spent"]) == 12 for r in rows)
     hits = [r["hits"] for r in rows]
-    # 40 of 100 samples fooled by APGD-CE: flagged every time at 1x; by the later stages only: never
-    # at 1x (the first stage is not settled within the budget), always with every sample attacked
+    # 40 of 100 samples fooled by the screen: flagged every time at 1x; by AutoAttack's cascade only:
+    # never at 1x (the screen is not settled within the budget), always with every sample attacked
     assert hits[:3] == [12, 0, 12] and hits[3:] == [0, 0]
     assert all(r["alarms"] == 0 and r["miscovered"] == 0 for r in rows)
     assert max(max(r["spent"]) for r in rows[:2] + rows[3:]) <= 1.0 + 1e-9  # the default budget is never overspent
@@ -91,18 +91,45 @@ def test_the_comparison_with_the_exact_run_counts_what_went_wrong(bench):
     exact = {"tolerance": 0.01, "per_group": {"a": row(100, 50, 0.05, 0.05), "b": row(100, 50, 0.0, 0.0),
                                               "c": row(100, 50, 0.03, 0.03, first_fooled=3)},
              "overall": {"n": 300, "lower": 0.08 / 3, "first_fooled": 3}, "rounds": [], "cost": {"ratio": 150.0},
+             "stages": {"first": ["apgd-dlr"], "rest": ["apgd-ce", "apgd-t", "fab-t", "square"]},
              "verdict": "v"}
     good = {"cost": {"ratio": 1.0}, "per_group": {"a": row(100, 50, 0.02, 0.5, flagged=True),
                                                   "b": row(100, 50, 0.0, 0.5), "c": row(100, 50, 0.0, 0.5)}}
     bad = {"cost": {"ratio": 1.0}, "per_group": {"a": row(100, 50, 0.06, 0.5, flagged=True),  # lower above the exact
                                                  "b": row(100, 50, 0.02, 0.5, flagged=True),  # not overstated
-                                                 "c": row(100, 50, 0.0, 0.5, upper_first=0.02)}}  # APGD-CE finds 3
+                                                 "c": row(100, 50, 0.0, 0.5, upper_first=0.02)}}  # the screen finds 3
     m = bench.Real("toy", None, None, 0.1, "toy")
     _, per = bench.check_rows({"model": m, "attacks": ["pgd20"], "exact": exact, "runs": {1.0: good, 10.0: bad}})
     assert per[1.0]["overstated"] == ["a", "c"] and per[1.0]["later"] == ["a"] and per[1.0]["flagged"] == ["a"]
     assert (per[1.0]["false flags"], per[1.0]["missed"], per[1.0]["bounds violated"]) == (0, 1, 0)
     assert (per[10.0]["false flags"], per[10.0]["missed"], per[10.0]["bounds violated"],
-            per[10.0]["APGD-CE bound violated"]) == (1, 1, 2, 1)
+            per[10.0]["screen bound violated"]) == (1, 1, 2, 1)
+
+
+def test_the_stages_are_named_from_the_probe(bench):
+    """The tables name the probe's real stages (robfair.audit.probe.probe_stages), not a fixed list."""
+    assert bench.stage_names(bench.probe_stages(10)) == {"first": "APGD-DLR", "rest": "APGD-CE + APGD-T + FAB-T + Square"}
+    assert bench.stage_names(bench.probe_stages(3)) == {"first": "APGD-CE", "rest": "FAB + Square"}
+    assert bench.WHERE[FIRST] == "the screen (APGD-DLR) finds it"
+    assert bench.WHERE[bench.LATER].startswith("only AutoAttack's cascade finds it (APGD-CE + APGD-T + FAB-T + Square")
+
+
+def test_the_which_attack_table_counts_against_the_whole_autoattack(bench):
+    import numpy as np
+
+    def row(*fooled, seconds=1.0, units=500):
+        return {"fooled": np.array(fooled, dtype=bool), "seconds": seconds, "units": units}
+
+    rows = {label: row(0, 0, 0, 0) for label, _, _ in bench.ALONE}
+    rows["APGD-DLR"] = row(1, 1, 0, 1, seconds=2.5)  # finds 2 of AutoAttack's 3 and one it misses
+    rows["APGD-CE"] = row(0, 0, 1, 0)
+    rows[bench.WHOLE] = row(1, 1, 1, 0, seconds=30.0, units=40_000)
+    m = bench.Real("toy", None, None, 0.1, "toy")
+    text = bench.which_table([{"model": m, "n": 10, "robust": 4, "rows": rows}])
+    assert "| toy | 4 of 10 | APGD-DLR | 3 | 2 | 1 | 1 | 2.5 | 125 |" in text
+    assert "| toy | 4 of 10 | APGD-CE | 1 | 1 | 0 | 2 | 1.0 | 125 |" in text
+    assert "| toy | 4 of 10 | AutoAttack (standard) | 3 | 3 | 0 | 0 | 30.0 | 10,000 |" in text
+    assert "| toy | 4 of 10 | APGD-DLR or AutoAttack | 4 | 3 | 1 | 0 |" in text
 
 
 def test_bad_costs_is_one_line_exit_2(bench, capsys):
@@ -121,6 +148,8 @@ def test_quick_mode_runs(bench, tmp_path, capsys):
     text = capsys.readouterr().out
     assert out.read_text() + "\n" == text  # the markdown, written whole
     for part in ("## Simulation", "**False alarms at the default budget (1x)**", "## Real models",
-                 "| digits | 451 |", "What it found, against the exact answer", "| digits | fgsm + pgd20 | 0.2 | 40 |"):
+                 "| digits | 451 |", "What it found, against the exact answer", "| digits | fgsm + pgd20 | 0.2 | 40 |",
+                 "the screen (APGD-DLR) finds it", "## Which of AutoAttack's attacks finds it",
+                 "| APGD-DLR |", "| APGD-T, 9 targets |", "| FAB-T |", "| Square |", "| AutoAttack (standard) |"):
         assert part in text, part
     assert (tmp_path / "cache" / "digits-pgd-at-e3.pt").is_file()  # a rerun loads it
