@@ -75,7 +75,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--attacks", default="fgsm,pgd20", help="audit attacks (comma-separated)")
     p.add_argument("--probe", default=None, help="reliability probe budget: AutoAttack on the samples the audit "
                    "left robust, within B times the audit's attacks' compute (default 1, dry run 5: enough for its "
-                   "first attack on a few of the 20 images; 'all': every robust sample; 0: off), passed to "
+                   "screen, APGD-DLR, on a few of the 20 images; 'all': every robust sample; 0: off), passed to "
                    "robfair.audit when it has a probe")
     p.add_argument("--audit-batch", type=int, default=1000)
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="training autocast")
