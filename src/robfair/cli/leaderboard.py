@@ -111,7 +111,7 @@ def model_args(positional: list[str], options: list[str], arch: list[str],
 
 @app.command()
 def leaderboard(
-    models: Optional[List[str]] = typer.Argument(None, metavar="[MODEL]...", show_default=False,
+    models: Optional[List[str]] = typer.Argument(None, metavar="MODEL", show_default=False,
                                                  help="Models in any --model form (checkpoint, TorchScript, .pt2, "
                                                  "state dict/.safetensors with --arch, robustbench:NAME)  \\[default: "
                                                  "none: give them as --model]"),
