@@ -49,3 +49,21 @@ def test_readme_and_attacks_listing_are_true_to_the_dependencies(capsys):
     code, out, _ = run_cli(["attacks"], capsys)
     flat = " ".join(re.sub(r"[│┃]", " ", out).split())
     assert code == 0 and "installed with robfair" in flat and "optional" not in out
+
+
+def test_every_package_a_test_skips_without_is_core_or_in_the_test_extra():
+    """`pip install -e ".[test]"` (what CI runs) brings every Python package a test would skip
+    without: no test is skipped in CI for a missing package."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name = lambda d: re.split(r"[<>=\[ ;]", d)[0].lower()  # noqa: E731
+    have = {name(d) for d in project["dependencies"]} | {name(d) for d in project["optional-dependencies"]["test"]}
+    skipped = set()
+    for f in (ROOT / "tests").rglob("*.py"):
+        text = f.read_text()
+        skipped |= set(re.findall(r"importorskip\(\"([A-Za-z0-9_]+)\"", text))
+        skipped |= {m for group in re.findall(r"find_spec\(m\) is not None for m in \(([^)]*)\)", text)
+                    for m in re.findall(r"\"([A-Za-z0-9_]+)\"", group)[:1]}  # any one of: the first is the PyPI one
+    assert {"fairlearn", "pyautoattack", "torch"} <= skipped
+    assert skipped - have == set()
