@@ -122,17 +122,22 @@ def test_leaderboard_takes_an_arch_and_its_arguments_per_model(tiny, data_npz, c
     want = {n: robfair.audit(m, ds, attacks=["pgd5"], eps=0.03, device="cpu", probe=0).aggregates()["rob_acc"]
             for n, m in (("w5.pt", net), ("w7.pt", wide))}
     assert want["w5.pt"]["avg"] != want["w7.pt"]["avg"]
+    ts = tmp_path / "w5.ts"  # brings its architecture: '-' in its place
+    torch.jit.save(torch.jit.script(net), ts)
+    want["w5.ts"] = want["w5.pt"]
     common = ["--data", f"npz:{data_npz}", "--eps", "0.03", "--attack", "pgd5", "--probe", "0", "--bootstrap", "20",
               "--device", "cpu", "--no-figures"]
     forms = {"per-model": ["--model", a, "--arch", arch, "--arch-kwargs", "width: 5",
                            "--model", b, "--arch", arch, "--arch-kwargs", "{width: 7}"],
-             "shared-arch": [a, b, "--arch", arch, "--arch-kwargs", "width: 5", "--arch-kwargs", "width: 7"]}
+             "shared-arch": [a, b, "--arch", arch, "--arch-kwargs", "width: 5", "--arch-kwargs", "width: 7"],
+             "none-for-one": ["--model", ts, "--arch", "-", "--arch-kwargs", "-",
+                              "--model", b, "--arch", arch, "--arch-kwargs", "width: 7"]}
     for form, args in forms.items():
         out = tmp_path / form / "lb.html"
         code, _, err = run_cli(["leaderboard", *args, *common, "--out", out], capsys)
         assert code == 0, (form, err)
         rows = list(csv.DictReader(open(out.parent / "lb_tables" / "leaderboard.csv")))
-        assert sorted(r["model"] for r in rows) == ["w5.pt", "w7.pt"]
+        assert sorted(r["model"] for r in rows) == (["w5.ts", "w7.pt"] if form == "none-for-one" else ["w5.pt", "w7.pt"])
         for r in rows:
             assert float(r["rob_acc_avg"]) == pytest.approx(want[r["model"]]["avg"], abs=1e-6), form
             assert float(r["rob_acc_worst"]) == pytest.approx(want[r["model"]]["worst"], abs=1e-6), form
