@@ -11,7 +11,7 @@ from rich.table import Table as RichTable
 from ..errors import ConfigError
 from ..inert import term
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
-from .app import (CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP,
+from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP,
                   PROBE_TOLERANCE_OPTION, STD_OPTION, _Bars, _check_classes, _display_label, _parse_stats, _progress, app,
                   console, load_model_arg, printed_warnings, probe_options)
 
@@ -109,6 +109,10 @@ def model_args(positional: list[str], options: list[str], arch: list[str],
     return out
 
 
+#: --arch / --arch-kwargs here: the shared options' help, then how they pair with the models
+_PER_MODEL = "{} Give it once, for every {} among the models, or once per model in the models' order ('-': none)."
+
+
 @app.command()
 def leaderboard(
     models: Optional[List[str]] = typer.Argument(None, metavar="MODEL", show_default=False,
@@ -123,14 +127,10 @@ def leaderboard(
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack; repeat for several (the worst case ranks)."),
     split: str = typer.Option("test", help="test or train."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class (default: the classes)."),
-    arch: Optional[List[str]] = typer.Option(None, "--arch", metavar="FILE.py:NAME", show_default=False,
-                                             help="The class or factory of the weights-only files (state dict, "
-                                             ".safetensors): once for all of them, or once per model in order ('-': "
-                                             "none)  \\[default: none]"),
-    arch_kwargs: Optional[List[str]] = typer.Option(None, "--arch-kwargs", metavar="YAML", show_default=False,
-                                                    help="Its arguments as JSON/YAML, e.g. 'width: 16': once for "
-                                                    "every --arch, or once per model in order ('-': none)  "
-                                                    "\\[default: none]"),
+    arch: Optional[List[str]] = typer.Option(None, "--arch", show_default=False, help=_PER_MODEL.format(
+        ARCH_OPTION.help, "weights-only file")),
+    arch_kwargs: Optional[List[str]] = typer.Option(None, "--arch-kwargs", show_default=False, help=_PER_MODEL.format(
+        ARCH_KWARGS_OPTION.help, "--arch")),
     model_dir: Optional[Path] = MODEL_DIR_OPTION,
     mean: Optional[str] = MEAN_OPTION,  # applied to every model that does not normalize itself
     std: Optional[str] = STD_OPTION,
