@@ -20,7 +20,8 @@ def test_missing_package_gives_install_hint(monkeypatch, linear_factory):
     lin = linear_factory(n=4)
     with pytest.raises(AttackError) as info:
         get_attack("autoattack")(lin.model, lin.x, lin.y, 0.03)
-    assert str(info.value) == "autoattack needs the official implementation: pip install 'robfair[autoattack]'"
+    assert str(info.value) == ("autoattack needs the official implementation, a dependency of robfair missing from "
+                               "this environment: pip install pyautoattack (or reinstall robfair)")
 
 
 @pytest.mark.skipif(not HAVE_AA, reason="the official AutoAttack (pip install pyautoattack) is not installed")

@@ -144,6 +144,48 @@ def test_every_help_shows_defaults_and_names_real_things(capsys):
     assert "docs/groups-fairness.md" in re.sub(r"\s|│", "", out)
 
 
+_TYPER_TYPES = re.compile(r"<(bool|str|int|float|path|int range|float range|list\[[a-z]+\])>|\{[A-Za-z_]+\}")
+
+
+def _groups():
+    from typer.main import get_command
+
+    def walk(c, path):
+        yield path, c
+        for n, sub in getattr(c, "commands", {}).items():
+            yield from walk(sub, path + [n])
+
+    return list(walk(get_command(A.app), []))
+
+
+def test_every_help_fits_80_columns_with_whole_option_names_and_short_metavars(capsys, monkeypatch):
+    """``COLUMNS=80 robfair [GROUP] [CMD] --help`` for every command and group of the app: no line over
+    80 columns, nothing cut (no ``…``), every option name whole, no ``<bool>`` / ``<str>`` / ``{models}``."""
+    monkeypatch.setenv("COLUMNS", "80")
+    seen = 0
+    for path, cmd in _groups():
+        code, out, err = run_cli([*path, "--help"], capsys)
+        assert code == 0, (path, err)
+        lines = out.splitlines()
+        assert max(len(l) for l in lines) <= 80, (path, max(lines, key=len))
+        assert "…" not in out, path
+        assert not _TYPER_TYPES.search(out), (path, _TYPER_TYPES.search(out).group(0))
+        for p in cmd.params:
+            if getattr(p, "hidden", False) or type(p).__name__ != "TyperOption":
+                continue
+            for name in [*p.opts, *p.secondary_opts]:
+                assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", out), (path, name)
+            if p.is_flag:  # a flag takes no value: its names stand alone
+                assert re.search(rf"{re.escape(p.opts[-1])}(/\S+)?\s{{2,}}", out), (path, p.opts)
+        seen += 1
+    assert seen >= 15  # robfair, its commands, theory and its commands
+    code, out, _ = run_cli(["leaderboard", "--help"], capsys)
+    assert "Usage: robfair leaderboard [OPTIONS] [MODEL]..." in out
+    assert "Usage: robfair sweep [OPTIONS] STUDY" in run_cli(["sweep", "--help"], capsys)[1]
+    assert re.search(r"--allow-large-eps\s", run_cli(["audit", "--help"], capsys)[1])
+    assert re.search(r"--figures/--no-figures\s", out) and re.search(r"--probe-tolerance POINTS\s", out)
+
+
 def test_probe_progress_lines_count_passes_with_rate_and_eta(capsys):
     from robfair.audit.probe import PROGRESS_STAGE
 

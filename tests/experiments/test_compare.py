@@ -236,3 +236,40 @@ def test_paired_intervals_follow_holms_levels():
     assert t.rows[1][col].startswith("+20.0 [0, ")  # stretched to reach 0: printed as 0, not +0.0
     avg = cmp.aggregates.set_index("statistic").loc["clean avg"]
     assert avg["beyond"] and avg["lo"] > 0 and (avg["lo"], avg["hi"]) == paired_interval(0, 21, 90, 0.05)
+
+
+def test_a_bootstrap_p_of_zero_prints_below_its_resolution_everywhere(tmp_path, capsys, monkeypatch):
+    """Gap 10 -> 60 points: no bootstrap replicate on the other side, p = 0 exactly. The terminal and
+    the Markdown print ``< 2/B`` (``< 0.002`` at B = 1000: p is twice the smaller tail share, so 2/B
+    is the smallest p B replicates resolve), never ``0``; JSON and CSV keep the 0 with the
+    resolution beside it; a p the replicates do resolve prints as its number."""
+    from robfair.experiments.compare import p_text
+
+    cells = {"a": [(200, 190, 100), (200, 180, 80)], "b": [(200, 190, 190), (200, 180, 70)]}
+    for name, c in cells.items():
+        (tmp_path / name).mkdir()
+        write_json(tmp_path / name / "audit.json", AuditReport({"pgd20": report(c)}).to_json())
+    cmp = compare({k: report(c) for k, c in cells.items()}, n_boot=1000)
+    ag = cmp.aggregates.set_index("statistic")
+    assert ag.loc["robust gap", "p"] == 0 and ag.loc["robust gap", "p_resolution"] == pytest.approx(0.002)
+    assert math.isnan(ag.loc["robust avg", "p_resolution"])  # exact tests: no resolution, their own p
+    monkeypatch.setenv("COLUMNS", "250")
+    files = {s: tmp_path / f"cmp{s}" for s in (".md", ".json", ".csv")}
+    for out in files.values():
+        with pytest.raises(SystemExit) as exc:
+            main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "1000", "--out", str(out)])
+        assert exc.value.code == 0
+        printed = capsys.readouterr().out
+        gap = next(l for l in printed.splitlines() if "robust gap" in l)
+        assert "< 0.002" in gap and "│ 0 " not in gap
+    md_gap = next(l for l in files[".md"].read_text().splitlines() if "| robust gap |" in l)
+    assert "| &lt; 0.002 |" in md_gap  # Markdown cells escape "<" (it renders as "< 0.002")
+    assert "2/1000 where no replicate fell on one side" in files[".md"].read_text()
+    j = next(r for r in json.loads(files[".json"].read_text())["aggregates"] if r["statistic"] == "robust gap")
+    assert j["p"] == 0 and j["p_resolution"] == pytest.approx(0.002)
+    head, *rows = files[".csv"].read_text().splitlines()
+    cols = head.split(",")
+    row = dict(zip(cols, next(r for r in rows if ",robust gap," in r).split(",")))
+    assert float(row["p"]) == 0 and float(row["p_resolution"]) == pytest.approx(0.002)
+    assert p_text(0.0, 0.002) == "< 0.002" and p_text(0.0314, 0.002) == "0.0314" and p_text(1e-80) == "1e-80"
+    assert p_text(0.0) == "0"  # an exact test's p of 0 is printed as it is (underflow), never dressed as a bound

@@ -140,3 +140,37 @@ def test_demo_chart(tmp_path):
     rep = audit_report([(20, 19, 0), (20, 18, 0), (20, 17, 5), (20, 19, 3)], CL)
     p = classwise_bars({"standard": rep, "pgd-at": rep}, tmp_path / "c.png", title="digits")
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("cells", [
+    [(40, 40, 39), (40, 39, 38), (40, 40, 40)],  # every bar near 100%: no corner of the axes is empty
+    [(40, 5, 1), (40, 4, 2), (40, 6, 0), (40, 3, 3), (40, 40, 40)],  # low bars, the last one full
+    [(30, 30, 30)] * 12,  # many classes
+])
+def test_api_plot_legend_never_covers_a_bar(cells):
+    """``report.plot()``: the legend's box in the rendered figure overlaps no bar's box (nor its error
+    bar) and lies inside the figure the plot made."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.transforms import Bbox
+
+    classes = [f"class {i}" for i in range(len(cells))]
+    for rep in (audit_report(cells, classes), audit_report(cells, classes)["pgd20"]):
+        ax = rep.plot()
+        fig = ax.figure
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        leg = ax.get_legend()
+        assert leg is not None and [t.get_text() for t in leg.get_texts()] == ["clean accuracy", "robust accuracy"]
+        box = leg.get_window_extent(r)
+        bars = [p.get_window_extent(r) for p in ax.patches if p.get_height() > 0]
+        assert len(bars) >= len(cells)
+        errs = [Bbox(c.get_transform().transform(seg)) for c in ax.collections if isinstance(c, LineCollection)
+                for seg in c.get_segments()]  # each error bar's line, in display coordinates
+        assert errs  # the error bars are drawn, and checked too
+        assert not any(box.overlaps(b) for b in bars + errs)
+        assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+        plt.close(fig)

@@ -1,6 +1,6 @@
 """AutoAttack (Croce & Hein 2020) through its official implementation, never a rewrite.
 
-Install it with ``pip install 'robfair[autoattack]'`` (PyPI ``pyautoattack``, import name
+It is a core dependency: ``pip install robfair`` installs it (PyPI ``pyautoattack``, import name
 ``pyautoattack``); the GitHub package (``pip install git+https://github.com/fra31/auto-attack``,
 import name ``autoattack``) works too.
 
@@ -60,7 +60,8 @@ from .registry import ATTACKS
 
 log = logging.getLogger(__name__)
 
-MISSING = "autoattack needs the official implementation: pip install 'robfair[autoattack]'"
+MISSING = ("autoattack needs the official implementation, a dependency of robfair missing from this environment: "
+           "pip install pyautoattack (or reinstall robfair)")
 VERSIONS = ("standard", "plus", "rand")
 _MODULES = ("pyautoattack", "autoattack")  # PyPI package, then the GitHub one
 
@@ -113,9 +114,10 @@ _VERSION_ATTACKS = {"standard": ("apgd-ce", "apgd-t", "fab-t", "square"),
 
 
 @ATTACKS.register("autoattack", aliases=("aa",),
-                  help="AutoAttack (APGD-CE, APGD-T, FAB-T, Square), official pyautoattack, optional",
+                  help="AutoAttack (APGD-CE, APGD-T, FAB-T, Square): the official implementation (pyautoattack, "
+                       "installed with robfair)",
                   forms=("autoattack", "autoattack-l2", "autoattack-plus", "autoattack-rand"),
-                  suffixes={v: ("version", v) for v in VERSIONS}, requires=("pyautoattack", "autoattack"),
+                  suffixes={v: ("version", v) for v in VERSIONS},
                   # the contract tests check this wrapper (box, ball, seeding, consistency) on a budget: the
                   # full ensemble took ~100 s there, APGD-CE alone ~20 s per form (pyautoattack's per-step
                   # overhead); with ``attacks`` set the version forms are the same run, so two forms suffice.

@@ -199,6 +199,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     tune_allocator()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if "--help" in argv or sum(not a.startswith("-") for a in argv) <= 1:  # help may be printed (`robfair`,
+        from .helpfmt import install  # lazy: start-up time (typer's rich help module, ~30 ms, for help only)
+
+        install()  # `robfair theory`, `X --help`): its options laid out to fit 80 columns
     interrupt = _Interrupt()
     RESUME_FROM.clear()  # set again by the command that runs now
     in_main = __import__("threading").current_thread() is __import__("threading").main_thread()

@@ -294,9 +294,7 @@ def audit(
 ) -> None:
     """Audit a model: per-class (per-group) clean and robust accuracy with intervals.
 
-    Under torchrun (`torchrun --nproc-per-node N -m robfair audit ...`) every rank runs whole batches
-    of the data (the reliability probe and an eps sweep included) and rank 0 writes the same files
-    as one process would (see docs/audit-json.md, "Sharded audits")."""
+    Under torchrun (`torchrun --nproc-per-node N -m robfair audit ...`) every rank runs whole batches of the data (the reliability probe and an eps sweep included) and rank 0 writes the same files as one process would (see docs/audit-json.md, "Sharded audits")."""  # noqa: E501 - one paragraph: the help wraps it
     args = dict(locals())  # the options, before anything else is bound here
     from ..training.distributed import cleanup, env_info, setup
 

@@ -65,17 +65,72 @@ def _needs_arch(model: str) -> bool:
     return not (isinstance(obj, dict) and obj.get("format") == FORMAT)
 
 
+#: '-' (or nothing) in a per-model --arch / --arch-kwargs: this model takes none
+NONE_ARG = "-"
+
+
+def _per_model(models: list[str], values: list[str], option: str) -> list[Optional[str]] | None:
+    """One ``option`` value per model: None for each when the option is absent or given once (the
+    shared form, resolved by the caller), the values in order when given once per model (``-``: none),
+    else one line saying how many were given and what is accepted."""
+    if len(values) <= 1:
+        return None
+    if len(values) != len(models):
+        raise ConfigError(f"{len(models)} models but {len(values)} {option}: give {option} once (for every model "
+                          f"that needs it) or once per model, in the models' order ({option} {NONE_ARG} for a model "
+                          "that takes none)")
+    return [None if v.strip() in ("", NONE_ARG) else v for v in values]
+
+
+def model_args(positional: list[str], options: list[str], arch: list[str],
+               arch_kwargs: list[str]) -> list[tuple[str, Optional[str], Optional[str], bool]]:
+    """``(model, --arch, --arch-kwargs, shared)`` per model, checked before any file is read
+    (``shared``: the one --arch given for all, which :func:`_needs_arch` applies to the weights-only
+    files only, when the models are loaded). Models come as
+    arguments or as repeated ``--model`` (not both). ``--arch`` and ``--arch-kwargs`` are each given
+    once, for every weights-only file among the models (a state dict, .safetensors: the form
+    ``robfair leaderboard a.pt b.ts --arch net.py:Net``), or once per model in the models' order, so
+    two widths of one class are compared in one run (``--model a.pt --arch net.py:Net --arch-kwargs
+    'width: 16' --model b.pt --arch net.py:Net --arch-kwargs 'width: 32'``; ``-`` for a model that
+    takes none)."""
+    if positional and options:
+        raise ConfigError("give the models either as arguments or as repeated --model, not both")
+    models = list(positional or options)
+    if len(models) < 2:
+        raise ConfigError("a leaderboard needs at least two models; for one model use `robfair audit`")
+    archs, kwargs = _per_model(models, arch, "--arch"), _per_model(models, arch_kwargs, "--arch-kwargs")
+    shared_arch = arch[0] if len(arch) == 1 and arch[0].strip() not in ("", NONE_ARG) else None
+    shared_kwargs = arch_kwargs[0] if len(arch_kwargs) == 1 and arch_kwargs[0].strip() not in ("", NONE_ARG) else None
+    out = []
+    for i, m in enumerate(models):
+        a = archs[i] if archs is not None else shared_arch
+        k = kwargs[i] if kwargs is not None else (shared_kwargs if a is not None else None)
+        out.append((m, a, k, archs is None and a is not None))
+    return out
+
+
+#: --arch / --arch-kwargs here: the shared options' help, then how they pair with the models
+_PER_MODEL = "{} Give it once, for every {} among the models, or once per model in the models' order ('-': none)."
+
+
 @app.command()
 def leaderboard(
-    models: List[str] = typer.Argument(..., help="Models in any --model form (checkpoint, TorchScript, .pt2, "
-                                       "state dict/.safetensors with --arch, robustbench:NAME)."),
+    models: Optional[List[str]] = typer.Argument(None, metavar="MODEL", show_default=False,
+                                                 help="Models in any --model form (checkpoint, TorchScript, .pt2, "
+                                                 "state dict/.safetensors with --arch, robustbench:NAME)  \\[default: "
+                                                 "none: give them as --model]"),
+    model: Optional[List[str]] = typer.Option(None, "--model", "-m", metavar="MODEL", show_default=False,
+                                              help="A model, instead of the arguments; repeat for each, each with its "
+                                              "own --arch / --arch-kwargs in the same order  \\[default: none]"),
     data: str = typer.Option(..., "--data", "-d", help="NAME[:PATH][,limit=N][,per_class=N]: the same samples for every model."),
     eps: str = typer.Option(..., help="Radius for every model, e.g. 8/255."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack; repeat for several (the worst case ranks)."),
     split: str = typer.Option("test", help="test or train."),
     groups: Optional[str] = typer.Option(None, "--groups", help="Rank by the worst protected group instead of class (default: the classes)."),
-    arch: Optional[str] = ARCH_OPTION,
-    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
+    arch: Optional[List[str]] = typer.Option(None, "--arch", show_default=False, help=_PER_MODEL.format(
+        ARCH_OPTION.help, "weights-only file")),
+    arch_kwargs: Optional[List[str]] = typer.Option(None, "--arch-kwargs", show_default=False, help=_PER_MODEL.format(
+        ARCH_KWARGS_OPTION.help, "--arch")),
     model_dir: Optional[Path] = MODEL_DIR_OPTION,
     mean: Optional[str] = MEAN_OPTION,  # applied to every model that does not normalize itself
     std: Optional[str] = STD_OPTION,
@@ -101,8 +156,8 @@ def leaderboard(
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
-    if len(models) < 2:
-        raise ConfigError("a leaderboard needs at least two models; for one model use `robfair audit`")
+    specs = model_args(list(models or []), list(model or []), list(arch or []), list(arch_kwargs or []))
+    models = [m for m, _, _, _ in specs]
     from ..utils import check_image_eps, resolve_device
     from .study import _check_report_out
 
@@ -114,9 +169,10 @@ def leaderboard(
     budget, tolerance = probe_options(probe, probe_tolerance)
     base = load_dataset(data, split=split, groups=groups)
     loaded = []
-    for m in models:  # load (and check) every model before the first attack runs
-        use_arch = arch if arch is not None and _needs_arch(m) else None
-        net, meta = load_model_arg(m, use_arch, arch_kwargs if use_arch else None, model_dir, None, None)
+    for m, use_arch, use_kwargs, shared in specs:  # load (and check) every model before the first attack runs
+        if shared and not _needs_arch(m):  # the one --arch is for the weights-only files among the models
+            use_arch = use_kwargs = None
+        net, meta = load_model_arg(m, use_arch, use_kwargs, model_dir, None, None)
         spec = meta.get("spec") or {}
         if (mean is not None or std is not None) and spec.get("mean") is None and spec.get("std") is None:
             net = with_normalization(net, _parse_stats(mean, "mean"), _parse_stats(std, "std"))
@@ -140,11 +196,12 @@ def leaderboard(
     ranked = [next(e for e in entries if e.name == name) for name in table.data["model"]]
     paths = write_report(ranked, out, title="worst-class robustness leaderboard",
                          description=f"{len(ranked)} models on {data} ({split}), attacks {', '.join(attack)} at eps "
-                                     f"{eps_value:g}, ranked by worst-class robust accuracy.",
+                                     f"{eps_value:g}, ranked by worst-class robust accuracy, then average "
+                                     "(identical point estimates tie).",
                          n_boot=bootstrap, figures=figures, lead_tables=[table])
     t = RichTable(title=table.title, title_justify="left", show_edge=False, pad_edge=False)  # cells are untrusted text
     for c in table.columns:
-        t.add_column(c, justify="left" if c in ("model", "source", "worst class") else "right")
+        t.add_column(c, justify="left" if c in ("model", "reliability", "source", "worst class") else "right")
     for row in table.rows:
         t.add_row(*(term(c) for c in row))
     console.print(t)

@@ -44,7 +44,7 @@ def _gpus(text: Optional[str]) -> Optional[list[int]]:
 
 @app.command()
 def sweep(
-    study_file: Path = typer.Argument(..., help="A study YAML (studies/*.yaml)."),
+    study_file: Path = typer.Argument(..., metavar="STUDY", help="A study YAML (studies/*.yaml)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: the study's out, runs/<name>)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, help="Local: runs at a time (default: the study's local.workers)."),
     backend: str = typer.Option("local", help="local (processes on this machine) or slurm (submitit job array)."),
@@ -123,7 +123,7 @@ def sweep(
 
 @app.command()
 def report(
-    runs: List[Path] = typer.Argument(..., help="One or more study output folders, run folders or audit.json files "
+    runs: List[Path] = typer.Argument(..., metavar="RUN", help="One or more study output folders, run folders or audit.json files "
                                       "(e.g. written by `robfair audit --out` or the Python API)."),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file; X.md and X_tables/*.csv are written beside it."),
     title: Optional[str] = typer.Option(None, help="Page title  \\[default: the study name, else the folder's name]"),
@@ -171,7 +171,7 @@ def _check_report_out(out: Path, overwrite: bool) -> None:
 
 @app.command()
 def compare(
-    runs: List[Path] = typer.Argument(..., help="Two or more run folders (or audit.json files); the first is the reference."),
+    runs: List[Path] = typer.Argument(..., metavar="RUN", help="Two or more run folders (or audit.json files); the first is the reference."),
     name: List[str] = typer.Option([], "--name", "-n", help="Name of each run, in order (repeat)  \\[default: the run's folder, or the file name without .json]"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the comparison: .md, .csv or .json by suffix  \\[default: terminal only]"),
     bootstrap: int = typer.Option(2000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for the worst-class and gap differences."),

@@ -209,7 +209,7 @@ def train(
 
 
 @app.command()
-def methods(name: Optional[str] = typer.Argument(None, help="A method (or alias) to describe in full.")) -> None:
+def methods(name: Optional[str] = typer.Argument(None, metavar="NAME", help="A method (or alias) to describe in full.")) -> None:
     """List the training methods, or one method's options, defaults and the source of each mode."""
     from rich.table import Table
 

@@ -196,8 +196,7 @@ class Comparison:
             test = r["test"]
             if test == "mcnemar-exact":
                 test += f" ({int(r['flips'])} flipped)"
-            # a bootstrap p of 0: no replicate on one side, so below the smallest share it can show
-            p = f"< {2 / self.n_boot:.2g}" if test == "bootstrap" and r["p"] == 0 else f"{r['p']:.3g}"
+            p = p_text(r["p"], r.get("p_resolution", math.nan))
             rows.append([r["run"], r["statistic"], pct(r["ref_value"]), pct(r["value"]), _diff_ci(r), p,
                          "yes" if r["beyond"] else "no", test])
             lower = r["statistic"].startswith("boundary error") or r["statistic"].endswith(" gap")
@@ -209,7 +208,9 @@ class Comparison:
                           "beyond", "test"], rows,
                          self.aggregates, f"Percent. Averages: {how_avg}; worst class and gap: "
                                           f"percentile interval of {self.n_boot} independent stratified bootstrap "
-                                          "replicates of both runs (p: twice the smaller tail share). Boundary "
+                                          "replicates of both runs (p: twice the smaller tail share; "
+                                          f"< {2 / max(self.n_boot, 1):.2g} = 2/{self.n_boot} where no replicate "
+                                          "fell on one side, the smallest p these replicates resolve). Boundary "
                                           "error and gaps: lower is better.", emph, good))
         return out
 
@@ -244,6 +245,21 @@ class Comparison:
         clean = lambda df: json.loads(df.to_json(orient="records"))  # noqa: E731  (NaN -> null)
         return {"schema": "robfair.compare/1", "labels": self.labels, "alpha": self.alpha, "n_boot": self.n_boot,
                 "notes": list(self.notes), "per_class": clean(self.per_class), "aggregates": clean(self.aggregates)}
+
+
+def p_resolution(n_boot: int) -> float:
+    """The smallest non-zero p that ``n_boot`` bootstrap replicates give: p is twice the smaller
+    tail share, so one replicate on a side is 2 / ``n_boot``; a p of 0 (no replicate on one side)
+    says only that p is below this."""
+    return 2 / n_boot
+
+
+def p_text(p: float, resolution: float = math.nan) -> str:
+    """A p-value as the tables print it: ``< 0.002`` for a bootstrap p of 0 at ``resolution`` (2/B),
+    else three significant digits (an exact test's p, however small, is printed as it is)."""
+    if p == 0 and math.isfinite(resolution):
+        return f"< {resolution:.2g}"
+    return f"{p:.3g}"
 
 
 def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> Comparison:
@@ -324,7 +340,7 @@ def compare(reports: Mapping[str, Any], *, n_boot: int = 2000, seed: int = 0, al
                              "ref_value": a_ref[metric][stat], "value": a[metric][stat],
                              "diff": a[metric][stat] - a_ref[metric][stat], "lo": float(lo), "hi": float(hi), "p": p,
                              "beyond": bool(lo > 0 or hi < 0), "test": "bootstrap", "interval": "percentile",
-                             "level": 1 - alpha})
+                             "level": 1 - alpha, "p_resolution": p_resolution(n_boot)})
     return Comparison([lab for lab, _ in items], pd.DataFrame(per_class), pd.DataFrame(aggs), alpha, n_boot, notes)
 
 

@@ -88,12 +88,15 @@ class ReportViews:
         from ..report.plots import draw_classwise
 
         with matplotlib.rc_context(mpl_rc()):  # labels are untrusted text: no math parsing
+            fig = None
             if ax is None:
                 import matplotlib.pyplot as plt  # lazy: import time (matplotlib)
 
                 rep = self._headline()
-                _, ax = plt.subplots(figsize=(max(6.0, 0.65 * rep.num_groups + 2), 3.4))
+                fig, ax = plt.subplots(figsize=(max(6.0, 0.65 * rep.num_groups + 2) + 1.4, 3.4))
             draw_classwise(ax, self._headline(), getattr(self._headline(), "attack", ""), by=by, legend=True)
+            if fig is not None:  # its own figure: the legend beside the axes stays inside it
+                fig.tight_layout()
         return ax
 
     # -- fairlearn ----------------------------------------------------------------------------

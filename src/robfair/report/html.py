@@ -489,8 +489,10 @@ def _visible(value: Any) -> Any:
 
 def render_html(*, title: str, description: str, meta: list[tuple[str, str]], tables: Sequence[Table],
                 figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
-                statements: Sequence[tuple[str, str]] = (), probes: Sequence[ProbeLine] = ()) -> str:
-    """The page from its parts (Jinja2, autoescape on)."""
+                statements: Sequence[tuple[str, str]] = (), probes: Sequence[ProbeLine] = (),
+                lead: Sequence[Table] = ()) -> str:
+    """The page from its parts (Jinja2, autoescape on); ``lead`` tables open it, above the
+    statements, the probe's verdicts and the figures (the leaderboard's ranking)."""
     import jinja2  # lazy: start-up time (jinja2, ~0.1 s, only when a page is rendered)
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"), finalize=_visible,
@@ -499,7 +501,7 @@ def render_html(*, title: str, description: str, meta: list[tuple[str, str]], ta
     return env.get_template("report.html.j2").render(title=title, description=description, meta=meta,
                                                       tables=[display_table(t) for t in tables], figures=figures,
                                                       runs=runs, warnings=warnings, statements=statements,
-                                                      probes=probes)
+                                                      probes=probes, lead=[display_table(t) for t in lead])
 
 
 def default_title(paths: Sequence[str | Path]) -> str:
@@ -521,14 +523,16 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
     """Write ``out`` (HTML), ``out`` with ``.md`` and ``<stem>_tables/*.csv``. Everything is computed
     before the first file is written; the three are one :class:`~robfair.safeio.ResultSet` (the
     CSV folder replaced whole, the page last), so a failed write leaves the earlier report. ``title`` defaults to the runs' common folder; ``lead_tables``
-    come first (e.g. the leaderboard)."""
+    open the page and the Markdown, before the probe's verdicts, the statements and the figures (the
+    leaderboard's ranking)."""
     entries = list(entries)
     out = Path(out)
     if not title:
         paths = [e.path for e in entries if e.path is not None]
         common = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths])) if paths else None
         title = default_title([common]) if common is not None else "robfair report"
-    tables = [*lead_tables, *paper_tables(entries, baseline=baseline, n_boot=n_boot, extra_warnings=extra_warnings)]
+    lead = list(lead_tables)
+    tables = paper_tables(entries, baseline=baseline, n_boot=n_boot, extra_warnings=extra_warnings)
     figs: list[Figure] = []
     if figures:
         figs = [overview_figure(entries), class_run_heatmap(entries)]
@@ -549,13 +553,20 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
             ("audit eps", ", ".join(eps)), ("generated", time.strftime("%Y-%m-%d %H:%M")),
             ("robfair", __version__)]
     page = render_html(title=title, description=description, meta=meta, tables=tables, figures=figs,
-                       runs=sections, warnings=warn, statements=statements, probes=probes)
-    md_intro = "\n".join(f"- {k}: {v}" for k, v in meta) + ("\n\n" + description if description else "")
+                       runs=sections, warnings=warn, statements=statements, probes=probes, lead=lead)
+    md_meta = "\n".join(f"- {k}: {v}" for k, v in meta)
+    md_said = ""
     if statements:
-        md_intro += "\n\n" + "\n".join(f"- **{run}**: {line}" for run, line in statements)
+        md_said += "\n\n" + "\n".join(f"- **{run}**: {line}" for run, line in statements)
     if probes:
-        md_intro += "\n\n" + "\n".join(f"- **{p.run}** ({p.status}): {line}" for p in probes for line in [p.line, *p.flags])
-    markdown = to_markdown(tables, title=title, intro=md_intro)
+        md_said += "\n\n" + "\n".join(f"- **{p.run}** ({p.status}): {line}" for p in probes for line in [p.line, *p.flags])
+    if lead:  # the ranking first (after the one-line description), then what the page says of it
+        markdown = to_markdown([*lead, *tables], title=title, intro=description, after=len(lead),
+                               middle=(md_said.strip() + "\n\n" + md_meta).strip())
+    else:
+        md_intro = md_meta + ("\n\n" + description if description else "") + md_said
+        markdown = to_markdown(tables, title=title, intro=md_intro)
+    tables = [*lead, *tables]  # the CSVs: every table
     md, folder = out.with_suffix(".md"), out.parent / f"{out.stem}_tables"
     with ResultSet() as files:  # the CSV folder (replaced whole), the Markdown, then the page: all of them or none
         with files.folder(folder) as staged:

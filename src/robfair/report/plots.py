@@ -85,7 +85,9 @@ def _err(val: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def draw_classwise(ax: Any, rep: Any, label: str = "", *, by: str = "group", legend: bool = False) -> None:
     """One panel of :func:`classwise_bars` on matplotlib axes ``ax``: per-group (``by="class"``: per-class)
     clean and robust accuracy (percent) with 95% Wilson intervals, the robust average dashed, the worst
-    group(s) red. ``rep``: a GroupReport or an AuditReport (its worst case); ``legend``: a legend on the axes."""
+    group(s) red. ``rep``: a GroupReport or an AuditReport (its worst case); ``legend``: a legend beside the
+    axes, outside them on the right, so it never covers a bar (bars reach any height: no corner inside the
+    axes is sure to be empty)."""
     rep = getattr(rep, "main", rep)
     label = plain(label)
     df = rep.by_group if by == "group" else rep.by_class
@@ -113,7 +115,7 @@ def draw_classwise(ax: Any, rep: Any, label: str = "", *, by: str = "group", leg
     ax.grid(axis="y", alpha=0.3)
     _tick_style(ax, [str(c) for c in df.index], worst)
     if legend:
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
 
 
 def classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str = "", by: str = "group") -> Path:

@@ -32,6 +32,7 @@ from ..inert import csv_cell, plain, visible
 from ..metrics import seed_summary
 from ..metrics.stats import dafa_rho, wilson
 from ..utils import atomic_path
+from . import reliability as rel
 
 
 # ============================================================================== data model
@@ -301,29 +302,51 @@ def tied_names(rep: Any, rate: str = "rob_acc", limit: int = 3) -> str:
     return ", ".join(names[:limit]) + (f" +{len(names) - limit}" if len(names) > limit else "") + f" (tied, {len(names)})"
 
 
+def _rank_key(e: RunEntry, rate: str = "rob_acc") -> tuple[float, float]:
+    a = e.report.aggregates()[rate]
+    w, m = a["worst"], a["avg"]
+    return (-w if math.isfinite(w) else math.inf, -m if math.isfinite(m) else math.inf)
+
+
 def rank_by_worst(entries: Sequence[RunEntry], rate: str = "rob_acc") -> list[RunEntry]:
     """``entries`` best first by worst-group ``rate`` (ties: higher average first; NaN last)."""
-    def key(e: RunEntry) -> tuple[float, float]:
-        a = e.report.aggregates()[rate]
-        w, m = a["worst"], a["avg"]
-        return (-w if math.isfinite(w) else math.inf, -m if math.isfinite(m) else math.inf)
+    return sorted(entries, key=lambda e: _rank_key(e, rate))
 
-    return sorted(entries, key=key)
+
+def competition_ranks(entries: Sequence[RunEntry], rate: str = "rob_acc") -> list[int]:
+    """The rank of each of ``entries`` (in the order :func:`rank_by_worst` gives): 1 + the number of
+    entries strictly ahead by (worst-group ``rate``, then average ``rate``). Entries whose two point
+    estimates are identical tie (``1, 2, 2, 4``): both are ratios of exact counts on the same samples,
+    so equal outcomes (the same weights in two file formats) give equal floats, never an order of
+    their own."""
+    keys = [_rank_key(e, rate) for e in rank_by_worst(entries, rate)]
+    return [1 + sum(k2 < k for k2 in keys) for k in keys]
+
+
+#: the page's word for a model whose audit ran no reliability probe (``--probe 0``, an older audit)
+NOT_PROBED = "not run"
 
 
 def leaderboard_table(entries: Sequence[RunEntry], stats: _Stats | int = 1000) -> Table:
-    """Models ranked by worst-class (worst-group) robust accuracy: rank, clean avg, robust avg, worst
-    and gap with their intervals (Wilson for averages, stratified bootstrap for worst and gap)."""
+    """Models ranked by worst-class (worst-group) robust accuracy, then average robust accuracy
+    (identical point estimates of both tie: the same rank, marked ``tie``): rank, model, the
+    reliability probe's verdict (passed / flagged / inconclusive / skipped), clean avg, robust avg,
+    worst and gap with their intervals (Wilson for averages, stratified bootstrap for worst and gap)."""
     stats = _Stats(stats) if isinstance(stats, int) else stats
     ranked = rank_by_worst(entries)
+    ranks = competition_ranks(ranked)
     cols = [("clean avg", "clean_acc", "avg"), ("robust avg", "rob_acc", "avg"), ("robust worst", "rob_acc", "worst"),
             ("robust gap", "rob_acc", "gap")]
-    columns = ["rank", "model", "source", "n"] + [c for c, _, _ in cols] + ["worst class"]
-    rows, records, emph = [], [], []
-    for i, e in enumerate(ranked, 1):
+    columns = ["rank", "model", "reliability", "source", "n"] + [c for c, _, _ in cols] + ["worst class"]
+    rows, records, emph, good = [], [], [], []
+    for i, (rank, e) in enumerate(zip(ranks, ranked)):
         s = Setting(e.name, [e])
-        row = [str(i), e.name, str(e.config.get("model", "")), str(e.report.n)]
-        rec: dict[str, Any] = {"rank": i, "model": e.name, "source": e.config.get("model", ""), "n": e.report.n}
+        tied = ranks.count(rank) > 1
+        verdict = rel.status(getattr(e.audit, "probe", None)) or NOT_PROBED
+        row = [f"{rank} (tie)" if tied else str(rank), e.name, verdict, str(e.config.get("model", "")),
+               str(e.report.n)]
+        rec: dict[str, Any] = {"rank": rank, "tied": tied, "model": e.name, "reliability": verdict,
+                               "source": e.config.get("model", ""), "n": e.report.n}
         for lab, rate, stat in cols:
             text, nums = stats.cell(s, rate, stat)
             row.append(text)
@@ -333,12 +356,16 @@ def leaderboard_table(entries: Sequence[RunEntry], stats: _Stats | int = 1000) -
         rec["worst_class"] = worst
         rows.append(row)
         records.append(rec)
-        emph.append([False] * 6 + [i == 1] + [False] * 2)
-    note = ("Percent, ranked by worst-class robust accuracy (robust = worst case over the attacks, the same attacks, "
-            "eps and samples for every model). Intervals: 95% Wilson for averages, stratified bootstrap for worst and "
-            "gap; overlapping intervals mean the ranking between those models is not settled by these samples.")
+        emph.append([False] * 2 + [verdict == rel.FLAGGED] + [False] * 7)
+        good.append([False] * 2 + [verdict == rel.PASSED] + [False] * 4 + [rank == 1] + [False] * 2)
+    note = ("Percent, ranked by worst-class robust accuracy, then average robust accuracy (robust = worst case over "
+            "the attacks, the same attacks, eps and samples for every model); models whose two point estimates are "
+            "identical share a rank (tie). Intervals: 95% Wilson for averages, stratified bootstrap for worst and "
+            "gap; overlapping intervals mean the ranking between those models is not settled by these samples. "
+            "Reliability: the reliability probe's verdict on each model's audit (AutoAttack on the samples its "
+            "attacks left robust; flagged = a class's robust accuracy is overstated beyond the tolerance).")
     return Table("leaderboard", "Worst-class robust accuracy leaderboard", columns, rows, pd.DataFrame(records), note,
-                 good=emph)  # the leader's worst-class robust accuracy
+                 emph, good)  # the leader's worst-class robust accuracy, each model's probe verdict
 
 
 def frl_table(settings: list[Setting], stats: _Stats) -> Table:
@@ -599,11 +626,19 @@ def table_markdown(t: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "") -> str:
+def to_markdown(tables: Sequence[Table], title: str = "", intro: str = "", *, after: int = 0, middle: str = "") -> str:
+    """The tables as Markdown under ``title`` and ``intro``; ``middle`` (text) goes after the first
+    ``after`` tables (a leaderboard: its ranking, then the verdicts, then the rest)."""
+    def text(s: str) -> str:
+        return visible(s.strip()).replace("<", "&lt;").replace(">", "&gt;") + "\n"
+
     parts = [f"## {_md_cell(title)}\n"] if title else []
     if intro:
-        parts.append(visible(intro.strip()).replace("<", "&lt;").replace(">", "&gt;") + "\n")
-    parts += [table_markdown(t) for t in tables]
+        parts.append(text(intro))
+    parts += [table_markdown(t) for t in tables[:after]]
+    if middle:
+        parts.append(text(middle))
+    parts += [table_markdown(t) for t in tables[after:]]
     return "\n".join(parts)
 
 
