@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -143,3 +144,21 @@ def test_bare_robfair_prints_the_help_and_no_error_line(capsys):
     assert code == 0
     assert "Usage" in out and "audit" in out
     assert "error" not in err
+
+
+def test_pickled_code_is_one_line_on_a_real_terminal_stream(tmp_path):
+    """Through a real process, with Python's own warning display (not pytest's capture): torch's
+    'Detected pickle protocol' UserWarning must not precede robfair's one-line refusal."""
+    import subprocess
+    import sys
+
+    evil = tmp_path / "evil.pt"
+    with open(evil, "wb") as f:
+        pickle.dump({"state_dict": ExecMe()}, f)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": "default"}
+    r = subprocess.run([sys.executable, "-m", "robfair", "audit", "-m", str(evil), "--attack", "fgsm", "--eps", "0.1",
+                        "--bootstrap", "0"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "pickled code" in lines[0] and "pwned" not in r.stdout

@@ -17,6 +17,7 @@ import os
 import pickle
 import pickletools
 import re
+import warnings
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -154,7 +155,9 @@ def _noisy_last(name: str) -> tuple[bool, str]:
 
 def _torch_load(path: Path, map_location: Any) -> Any:
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a plain pickle's protocol: torch warns before its refusal, which is ours to word
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         code = [g for g in _pickled_globals(path) if not _SAFE_GLOBAL.match(g)]
         code += re.findall(r"GLOBAL (\S+?)\.? ", str(e))[:1]
