@@ -170,7 +170,7 @@ def train(
         overrides["data"] = with_options(base_data, groups=groups)
     if opt or flags or (method is not None and config is not None):
         overrides["method_options"] = {**_config_method_options(config, method), **_kv(opt, "--opt"), **flags}
-    cfg = load_config(config, **overrides)  # validates the method's options: one it lacks is a ConfigError
+    cfg = load_config(config, **overrides).check_selection()  # the method's options; an honest best.pt criterion
     _warn_deprecated_option_flags(flags)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")

@@ -517,7 +517,7 @@ def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
                     train["out"] = str(out_dir / name)
                     train["resume"] = True
                     try:
-                        cfg = TrainConfig(**train)
+                        cfg = TrainConfig(**train).check_selection()
                     except RobfairError as e:
                         raise ConfigError(f"study {study.name}, run {name}: {e}") from None
                     _check_names(cfg, f"study {study.name}, run {name}")

@@ -33,6 +33,8 @@ FINAL_AUDIT_KEYS = ("probe", "probe_tolerance")
 RUN_INFO_KEY = "run_info"
 
 Select = Literal["avg+worst", "avg-rob", "worst-rob", "clean", "last"]
+#: the criteria that score an epoch by robust validation accuracy
+ROBUST_SELECT = ("avg+worst", "avg-rob", "worst-rob")
 
 
 def probe_budget(value: Any, what: str = "probe") -> float | str:
@@ -124,7 +126,7 @@ class TrainConfig(BaseModel):
     select: Select | None = Field(
         None, description="best.pt criterion on validation; None: the method's (clean for standard training "
                           "and other methods without a training attack, avg+worst otherwise; last without "
-                          "a validation split)")
+                          "a validation split); a robust criterion for a method without a training attack is refused")
     val_split: Literal["init", "seed"] = Field(
         "init", description="with init: reuse the init run's recorded validation split (init), or draw one from "
                             "seed / val_per_class (seed; refused if it holds the init run's training samples)")
@@ -215,6 +217,30 @@ class TrainConfig(BaseModel):
         if self.val_per_class == 0 and self.select != "last":
             raise ConfigError(f"select '{self.select}' needs a validation split but val_per_class is 0; "
                               "set val_per_class (e.g. 0.1) or select: last")
+        return self
+
+    def selection_problem(self) -> str | None:
+        """Why this run's ``best.pt`` selection is not honest, or None: a method that trains on no attack
+        (standard training, ...) selected by robust validation accuracy. Such a model's robust accuracy
+        is near zero at every epoch, so the argmax picks noise -- in practice the least-trained
+        checkpoint (issue 22: epoch 2, 22% clean, where the last epoch had 38%)."""
+        if self.select not in ROBUST_SELECT or str(self.val_attack).lower() == "none":
+            return None
+        from .methods import build_method  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+        if build_method(self.method, self.method_options).default_attack is not None:
+            return None
+        return (f"method {self.method} trains on no attack, so select '{self.select}' would pick best.pt by its "
+                "near-zero robust validation accuracy (noise: the least-trained checkpoint); set select: clean "
+                "(or last) for this run")
+
+    def check_selection(self) -> "TrainConfig":
+        """Refuse (one-line ConfigError) a selection :meth:`selection_problem` names; returns self.
+        Checked where a run is set up (``robfair train``, :func:`robfair.training.train`, a study's
+        expansion), not when a recorded config is read back."""
+        problem = self.selection_problem()
+        if problem:
+            raise ConfigError(problem)
         return self
 
     # ------------------------------------------------------------------ derived values

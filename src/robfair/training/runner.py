@@ -172,6 +172,7 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     1; ``"all"``; 0 off) and ``cfg.probe_tolerance``, its progress going to the callbacks'
     ``on_audit_progress``; or a callable ``final_audit(best_model, test)`` of your own (it then
     decides the probe: pass ``probe=cfg.probe`` to :func:`robfair.audit` to keep the config's)."""
+    cfg.check_selection()  # a run trained on no attack is not selected by robust accuracy
     if isinstance(final_audit, str):
         final_audit = [final_audit]
     if final_audit is not None and not callable(final_audit):
