@@ -8,6 +8,7 @@ subprocess that does so puts the tests' folder on its path for ``_shared``)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -161,6 +162,7 @@ def test_safetensors_and_torchscript_train_and_come_back_in_their_own_format(use
                               "--out", tmp_path / "ts", *common], capsys)
     assert code == 0, err
     assert yaml.safe_load((tmp_path / "ts" / "config.yaml").read_text())["mean"] == [0.5]
+    assert "grad attribute" not in err + json.dumps(json.loads((tmp_path / "ts" / "audit.json").read_text())["warnings"])
     script = torch.jit.load(str(tmp_path / "ts" / "checkpoints" / "best.ts"))  # the user's module, no wrapper
     own = torch.load(tmp_path / "ts" / "checkpoints" / "best.weights.pt", weights_only=True)
     assert set(own) == set(script.state_dict()) == set(net.state_dict())

@@ -366,7 +366,10 @@ class Trainer:
         return result
 
     def _load_best(self) -> nn.Module:
-        best = copy.deepcopy(self.eval_model)
+        with torch.no_grad():  # a ScriptModule's deepcopy clones its parameters through autograd: no leaves
+            best = copy.deepcopy(self.eval_model)
+        for p, q in zip(best.parameters(), self.eval_model.parameters()):
+            p.requires_grad_(q.requires_grad)
         if self.folder is not None and self.folder.best.exists():
             loaded, _ = read_checkpoint(self.folder.best, map_location="cpu")
             best.load_state_dict(loaded)
