@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -118,3 +121,22 @@ def drop_in(monkeypatch, tmp_path, package: str, registry, filename: str, source
     del sys.modules[module]
     import_submodules(package, pkg.__path__)
     return sorted(set(registry.names()) - before)
+
+
+def weights(model):
+    """A copy of ``model``'s state dict (to compare runs)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def metric_lines(out):
+    """A run folder's metrics.jsonl records without their wall times (to compare runs)."""
+    recs = [json.loads(s) for s in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    for r in recs:
+        r.pop("time")
+    return recs

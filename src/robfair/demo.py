@@ -27,6 +27,8 @@ DEMO_ATTACKS = ("fgsm", "pgd20")
 
 #: (run name, label, method) of the demo's models.
 DEMO_RUNS = (("st", "standard", "standard"), ("at", "pgd-at", "pgd-at"))
+#: best.pt of each demo run: standard training (no attack) by clean validation accuracy, PGD-AT by robust
+DEMO_SELECT = {"standard": "clean", "pgd-at": "avg+worst"}
 
 
 @dataclass
@@ -74,7 +76,7 @@ def demo_config(name: str, method: str, *, out: Path, eps: float, epochs: int, s
     return TrainConfig(
         data="digits", model="smallcnn", method=method, eps=eps, epochs=epochs, batch_size=64,
         optimizer="adam", lr=2e-3, weight_decay=0.0, schedule="cosine", val_per_class=0.1,
-        val_attack="pgd10", select="avg+worst", seed=seed, device=device, out=str(out / name),
+        val_attack="pgd10", select=DEMO_SELECT[method], seed=seed, device=device, out=str(out / name),
         probe=probe, probe_tolerance=probe_tolerance,
     )
 

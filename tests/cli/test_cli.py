@@ -31,6 +31,10 @@ def test_demo_writes_run_folders(demo_dir):
         assert (demo_dir / run_name / "checkpoints" / "last.pt").is_file()
         assert (demo_dir / run_name / "metrics.jsonl").is_file()
         assert (demo_dir / run_name / "audit.json").is_file()
+    import yaml
+
+    selects = {n: yaml.safe_load((demo_dir / n / "config.yaml").read_text())["select"] for n in ("st", "at")}
+    assert selects == {"st": "clean", "at": "avg+worst"}  # standard training is not picked by robust accuracy
     d = json.loads((demo_dir / "audit.json").read_text())
     assert d["schema"] == "robfair.demo/1" and set(d["runs"]) == {"standard", "pgd-at"}
     png = (demo_dir / "classwise.png").read_bytes()

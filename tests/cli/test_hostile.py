@@ -42,7 +42,8 @@ def _tiny_study(out: Path) -> dict:
 #: attribute / placeholder name -> file name of the corpus' fixtures
 FILES = {k: k.rsplit("_", 1)[0] + "." + k.rsplit("_", 1)[1] for k in (
     "other_pt", "random_pt", "existing_json", "existing_md", "existing_html", "existing_png", "dir_json", "fifo_json",
-    "bomb_yaml", "cyclic_yaml", "deep_yaml", "binary_yaml", "pyobj_yaml", "study_yaml", "badkw_yaml", "empty_npz")}
+    "bomb_yaml", "cyclic_yaml", "deep_yaml", "binary_yaml", "pyobj_yaml", "study_yaml", "badkw_yaml", "robsel_yaml",
+    "empty_npz")}
 FILES.update({k: k for k in ("run", "torn", "deep", "afile", "study_dir")})
 
 
@@ -92,6 +93,10 @@ def world(tmp_path_factory):
     badkw = _tiny_study(w.study_out)
     badkw["base"]["model_kwargs"] = {"hiden": [8]}
     (w.badkw_yaml).write_text(yaml.safe_dump(badkw))
+    robsel = _tiny_study(w.study_out)  # an adversarial base whose standard baseline inherits select: avg+worst
+    robsel["base"]["select"] = "avg+worst"
+    robsel["grid"] = {"method": ["pgd-at", "standard"]}
+    (w.robsel_yaml).write_text(yaml.safe_dump(robsel))
     (w.study_dir).mkdir()
     (w.study_dir / "study.yaml").write_text("name: other\n")
     rng = np.random.default_rng(0)
@@ -169,6 +174,8 @@ CASES = [
     ("train-device-mps", TRAIN[:-4] + ["--audit-attack", "none", "--device", "mps", "--out", "{root}/new_run"], "mps"),
     ("train-seed-negative", TRAIN + ["--set", "seed=-1", "--out", "{root}/new_run"], "seed"),
     ("train-set-unreadable", TRAIN + ["--set", "lr=[1, 2", "--out", "{root}/new_run"], "--set"),
+    ("train-standard-robust-select", TRAIN + ["--method", "standard", "--set", "select=avg+worst", "--out",
+                                              "{root}/new_run"], "set select: clean"),
     # ---- sweep
     ("sweep-yaml-bomb", ["sweep", "{bomb_yaml}", "--dry-run"], "aliases"),
     ("sweep-dev-zero", ["sweep", "/dev/zero"], "not a regular file"),
@@ -177,6 +184,8 @@ CASES = [
     ("sweep-out-below-file", ["sweep", "{study_yaml}", "--out", "{afile}/s"], "is a file"),
     ("sweep-device-mps", ["sweep", "{study_yaml}", "--device", "mps"], "mps"),
     ("sweep-dry-run-model-kwargs", ["sweep", "{badkw_yaml}", "--dry-run"], "hiden"),
+    ("sweep-dry-run-standard-robust-select", ["sweep", "{robsel_yaml}", "--dry-run"], "method standard trains on no attack"),
+    ("sweep-standard-robust-select", ["sweep", "{robsel_yaml}"], "set select: clean"),
     # ---- leaderboard
     ("leaderboard-out-exists", ["leaderboard", "{run}/checkpoints/best.pt", "{other_pt}", "--data", "digits",
                                 "--eps", "0.1", "--out", "{existing_html}"], "already exists"),

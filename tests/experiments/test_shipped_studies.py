@@ -53,6 +53,9 @@ def test_study_expands(path, tmp_path):
                 assert 0 < int(opts["per_class"]) <= CPU_SUBSET[name.split(":")[0]], r.train["data"]
     else:
         assert not data & set(CPU_DATA), data
+    for r in runs:  # honest selection (issue 22): a model trained on no attack is never picked by robust accuracy
+        if r.train["method"] == "standard":
+            assert r.train["select"] in ("clean", "last"), (r.name, r.train["select"])
     groups = {r.group for r in runs}
     if study.report.baseline is not None:
         assert study.report.baseline in groups

@@ -149,6 +149,19 @@ def test_bad_training_value_names_the_run(tiny):
         study(tiny).expand("out")
 
 
+def test_a_standard_run_inheriting_a_robust_selection_is_refused_at_expansion(tiny):
+    tiny["base"]["select"] = "avg+worst"  # the base of an adversarial study ...
+    tiny["grid"] = {"method": ["pgd-at", "standard"]}  # ... and its standard baseline inherits it
+    with pytest.raises(ConfigError, match=r"study tiny, run method=standard,seed=0: method standard trains on no "
+                                          r"attack, so select 'avg\+worst'") as e:
+        study(tiny).expand("out")
+    assert "\n" not in str(e.value)
+    tiny["variants"] = [{"name": "at", "method": "pgd-at"}, {"name": "st", "method": "standard", "select": "clean"}]
+    tiny["grid"] = {}
+    runs = {r.variant: r.train["select"] for r in study(tiny).expand("out")}
+    assert runs == {"at": "avg+worst", "st": "clean"}
+
+
 def test_audit_defaults_follow_the_run(tiny):
     tiny["audit"] = {"attacks": ["pgd20"]}
     tiny["seeds"] = [3]

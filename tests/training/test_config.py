@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from robfair.errors import ConfigError
@@ -52,6 +54,29 @@ def test_select_defaults_follow_the_method():
     assert TrainConfig(method="pgd-at").select == "avg+worst"
     assert TrainConfig(method="trades", val_attack="none").select == "clean"  # no robust accuracy measured
     assert TrainConfig(method="standard", select="avg-rob").select == "avg-rob"  # explicit wins
+
+
+@pytest.mark.parametrize("method", ["standard", "fair-constraint"])
+@pytest.mark.parametrize("select", ["avg+worst", "avg-rob", "worst-rob"])
+def test_a_run_trained_on_no_attack_is_not_selected_by_robust_accuracy(method, select):
+    cfg = TrainConfig(method=method, select=select)  # a recorded config still reads back (resume, report)
+    with pytest.raises(ConfigError, match=re.escape(f"method {method} trains on no attack, so select '{select}'")) as e:
+        cfg.check_selection()
+    assert "set select: clean" in str(e.value) and "\n" not in str(e.value)
+    for fine in ("clean", "last"):
+        assert TrainConfig(method=method, select=fine).check_selection().selection_problem() is None
+    assert TrainConfig(method=method, select=select, val_attack="none").selection_problem() is None  # no robust score
+    for robust in ("pgd-at", "trades", "frl-rwrm"):
+        assert TrainConfig(method=robust, select=select).selection_problem() is None
+
+
+def test_the_api_refuses_a_robust_selection_of_standard_training_before_anything_is_written(tmp_path):
+    from robfair.training import train
+
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match="trains on no attack"):
+        train(TrainConfig(method="standard", select="avg+worst", epochs=1, out=str(out)))
+    assert not out.exists()
 
 
 def test_milestones_as_fractions_and_rescaled_when_epochs_change(tmp_path):

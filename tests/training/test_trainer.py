@@ -1,17 +1,15 @@
 """The training loop: learning, the run folder, model selection, determinism and exact resume."""
 
-import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 from robfair.errors import ConfigError
 from robfair.models import load_checkpoint
-from _shared import Stop, StopAfterEpoch
+from _shared import Stop, StopAfterEpoch, assert_same_weights, metric_lines, weights
 from robfair.training import TrainConfig, select_best, train
 
 # small but exercises every piece of state: dropout (global RNG), crop-flip (augment generator),
@@ -20,23 +18,6 @@ RESUME_CFG = dict(data="digits", model="mlp", model_kwargs={"hidden": [32], "dro
                   attack_options={"steps": 2}, eps=0.1, epochs=3, batch_size=128, lr=0.1, milestones=[2],
                   augment="crop-flip", crop_padding=1, ema=0.8, val_per_class=15, val_attack="pgd5", seed=3,
                   device="cpu")  # bit-identical resume is a CPU promise
-
-
-def weights(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def assert_same_weights(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
-def metric_lines(out):
-    recs = [json.loads(s) for s in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-    for r in recs:
-        r.pop("time")
-    return recs
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import RunFolder
 from ..safeio import yaml_loads
-from .app import (PROBE_HELP, PROBE_TOLERANCE_HELP, _Bars, _progress, app, console, err_console, printed_warnings,
-                  probe_options, resume_from)
+from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP, PROBE_TOLERANCE_HELP,
+                  STD_OPTION, _Bars, _parse_stats, _progress, app, console, err_console, printed_warnings, probe_options,
+                  resume_from)
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -121,7 +122,14 @@ def _warn_deprecated_option_flags(flags: dict[str, Any]) -> None:
 def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config (see configs/); flags override it  \\[default: none, flags and defaults only]"),
     data: Optional[str] = typer.Option(None, "--data", "-d", help="NAME[:PATH]; the train split is used (`robfair datasets`)." + _default("data")),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (`robfair models`)." + _default("model")),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Architecture (`robfair models`), or a model file to "
+                                        "fine-tune as audit takes it: TorchScript, state dict / .safetensors (with --arch), "
+                                        "robustbench:NAME." + _default("model")),
+    arch: Optional[str] = ARCH_OPTION,
+    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
+    mean: Optional[str] = MEAN_OPTION,
+    std: Optional[str] = STD_OPTION,
+    model_dir: Optional[Path] = MODEL_DIR_OPTION,
     method: Optional[str] = typer.Option(None, help="standard, pgd-at, trades, frl-rwrm, cfa, ... (robfair methods lists them; docs/methods-*.md)." + _default("method")),
     eps: Optional[str] = typer.Option(None, help="Training radius, e.g. 8/255 or 0.1." + _default("eps")),
     epochs: Optional[int] = typer.Option(None, min=1, help="Training epochs." + _default("epochs")),
@@ -161,6 +169,14 @@ def train(
                                      lr=lr, seed=seed, device=device, precision=precision, channels_last=channels_last,
                                      init=init, out=str(out) if out is not None else None, resume=resume or None,
                                      probe=budget, probe_tolerance=tolerance)
+    if arch_kwargs is not None and arch is None:
+        raise ConfigError("--arch-kwargs needs --arch FILE.py:NAME; pass both")
+    from ..models.sources import parse_arch_kwargs
+
+    model_file = dict(arch=arch, arch_kwargs=parse_arch_kwargs(arch_kwargs) if arch_kwargs is not None else None,
+                      mean=_parse_stats(mean, "mean"), std=_parse_stats(std, "std"),
+                      model_dir=str(model_dir) if model_dir is not None else None)
+    overrides.update(model_file)
     overrides.update(_kv(set_, "--set"))
     flags = {k: v for k, v in (("fairness", fairness), ("lam", lam), ("dual_step", dual_step)) if v is not None}
     if groups is not None:
@@ -170,7 +186,7 @@ def train(
         overrides["data"] = with_options(base_data, groups=groups)
     if opt or flags or (method is not None and config is not None):
         overrides["method_options"] = {**_config_method_options(config, method), **_kv(opt, "--opt"), **flags}
-    cfg = load_config(config, **overrides)  # validates the method's options: one it lacks is a ConfigError
+    cfg = load_config(config, **overrides).check_selection()  # the method's options; an honest best.pt criterion
     _warn_deprecated_option_flags(flags)
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")

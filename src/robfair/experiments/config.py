@@ -66,6 +66,9 @@ HASH_FREE_KEYS = ("resume", "device", "out")
 #: TrainConfig keys of the final audit that a study sets in its audit block (never in base, grid or variants):
 #: left out of a run's train settings, filled in from its audit settings by RunSpec.train_config
 AUDIT_TRAIN_KEYS = ("probe", "probe_tolerance")
+#: the training keys of a model file (robfair train --model FILE): left out of a run's spec when unset, so the
+#: config hashes of the studies made before they existed stay
+MODEL_FILE_KEYS = ("arch", "arch_kwargs", "mean", "std", "model_dir", "model_source")
 #: audit settings that change the speed, never an outcome (channels_last: identical predictions), so
 #: run folders made before their default changed still match
 AUDIT_HASH_FREE_KEYS = ("channels_last",)
@@ -517,7 +520,7 @@ def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
                     train["out"] = str(out_dir / name)
                     train["resume"] = True
                     try:
-                        cfg = TrainConfig(**train)
+                        cfg = TrainConfig(**train).check_selection()
                     except RobfairError as e:
                         raise ConfigError(f"study {study.name}, run {name}: {e}") from None
                     _check_names(cfg, f"study {study.name}, run {name}")
@@ -525,7 +528,8 @@ def expand(study: StudyConfig, out: str | Path | None = None) -> list[RunSpec]:
                     overrides = {**var_ov, **point}
                     spec = RunSpec(study=study.name, name=name, group=group, seed=seed, variant=var_name,
                                    overrides=json.loads(json.dumps(overrides, default=str)),
-                                   train={k: v for k, v in cfg.to_dict().items() if k not in AUDIT_TRAIN_KEYS},
+                                   train={k: v for k, v in cfg.to_dict().items() if k not in AUDIT_TRAIN_KEYS
+                                          and not (k in MODEL_FILE_KEYS and not v)},
                                    audit=audit, tracking=study.tracking.model_dump())
                     if spec.hash in hashes:  # the same run reached through two grid blocks: run it once
                         log.info("run %s is the same as %s; it is run once, under the first name", name, hashes[spec.hash])
@@ -546,7 +550,8 @@ def _check_names(cfg: Any, where: str) -> None:
     """Dataset, model and training attack names exist (a typo fails now, not in every worker)."""
     try:
         DATASETS.canonical(parse_spec(cfg.data)[0])
-        check_model_args(cfg.model, cfg.model_kwargs)
+        if not cfg.model_file:  # a model file is read where it is trained
+            check_model_args(cfg.model, cfg.model_kwargs)
         for atk in (cfg.attack, cfg.val_attack):
             if atk and atk.lower() != "none":
                 get_attack(atk)

@@ -38,6 +38,14 @@ _PREFIXES = ("module.", "_orig_mod.")
 # what a tensors-only pickle imports: tensor/storage rebuilders, OrderedDict, top-level torch names
 _SAFE_GLOBAL = re.compile(r"^(torch\._utils\.\w+|torch\.serialization\.\w+|torch\.\w+|collections\.OrderedDict)$")
 _SPEC_KEYS = ("name", "num_classes", "in_shape", "kwargs", "mean", "std")
+#: the spec name of a model trained from a model file (``robfair train --model FILE``): its ``source``
+#: entry says how to rebuild it (:func:`robfair.models.sources.rebuild_source`)
+SOURCE_NAME = "model-file"
+#: where such a model carries its spec (not ``robfair_spec``: it is the user's code, its faults are its own)
+SOURCE_SPEC_ATTR = "robfair_source_spec"
+#: rebuilds a SOURCE_NAME spec's model, ``builder(spec, path)``; set by robfair.models.sources (which reads
+#: the model files: it imports this module, so the dependency is handed down, not imported up)
+SOURCE_BUILDER: list[Any] = []
 
 
 def _check_loadable(obj: Any, where: str) -> None:
@@ -74,7 +82,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, classes: list[
     ``path`` atomically: a crash never leaves a half-written file, and a failed save leaves ``path`` as
     it was. Tensors are stored contiguous on the CPU, so channels_last / GPU models load anywhere."""
     net = unwrap_model(model)
-    spec = getattr(net, "robfair_spec", None)
+    spec = getattr(net, "robfair_spec", None) or getattr(net, SOURCE_SPEC_ATTR, None)
     if not isinstance(spec, dict):
         raise ModelError(
             "model has no robfair_spec; build it with robfair.models.create(...) so the checkpoint can rebuild it"
@@ -209,6 +217,8 @@ def _check_format(obj: Any, path: Path) -> dict[str, Any]:
 
 
 def _build(spec: dict[str, Any], path: Path) -> nn.Module:
+    if spec["name"] == SOURCE_NAME and isinstance(spec.get("source"), dict) and SOURCE_BUILDER:
+        return SOURCE_BUILDER[0](spec, path)
     if spec["name"] not in MODELS:
         raise ModelError(
             f"{path} uses architecture '{spec['name']}', which this robfair does not know; choose one of: "
@@ -247,6 +257,18 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     ``map_location`` puts them (default CPU). Reads with ``torch.load(weights_only=True)`` only; a file
     that holds pickled code, a bare state_dict, a corrupt file or mismatched weights raise ModelError."""
     path = Path(path).expanduser()
+    state, meta = read_checkpoint(path, map_location)
+    model = _build(meta["spec"], path)
+    _load_state(model, state, path, meta["spec"]["name"])
+    model.eval()
+    return model, meta
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(state_dict, meta)`` of a checkpoint ``save_checkpoint`` wrote, without rebuilding the model
+    (the trainer loads it into the model it holds); the same checks and one-line errors as
+    :func:`load_checkpoint`."""
+    path = Path(path).expanduser()
     if not path.exists():
         raise ModelError(f"checkpoint {path} does not exist; check the path (train one with `robfair train`)")
     if path.is_dir():
@@ -255,7 +277,4 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
         raise ModelError(f"checkpoint {path} is not a regular file (a device, pipe or socket); pass a .pt file")
     obj = _torch_load(path, map_location)
     meta = _check_format(obj, path)
-    model = _build(meta["spec"], path)
-    _load_state(model, obj["state_dict"], path, meta["spec"]["name"])
-    model.eval()
-    return model, meta
+    return obj["state_dict"], meta

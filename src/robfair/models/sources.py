@@ -22,6 +22,7 @@ on the CPU (``map_location``), and carries ``robfair_classes`` when the file nam
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -36,8 +37,10 @@ import yaml
 from torch import nn
 
 from ..errors import ModelError
-from ..safeio import input_file, read_text_capped, yaml_loads
+from ..safeio import file_digest, input_file, read_text_capped, yaml_loads
+from ..utils import atomic_path
 from . import checkpoint as _ckpt
+from .base import Normalized, with_normalization
 from .factory import create
 from .usercode import import_dotted, import_file
 
@@ -573,3 +576,148 @@ def model_classes(model: nn.Module) -> list[str] | None:
     """The class names a loaded model predicts, in output order, when its file named them."""
     c = getattr(model, "robfair_classes", None)
     return list(c) if isinstance(c, (list, tuple)) else None
+
+
+# ============================================================================== training a model file
+#: the forms of --model that robfair train fine-tunes as they are (a robfair checkpoint goes through --init)
+TRAINABLE = ("state-dict", "safetensors", "torchscript", "export", "robustbench")
+
+
+def is_model_file(model: str) -> bool:
+    """Whether a training config's ``model`` names a model file or ``robustbench:NAME`` (as audit's
+    ``--model``) rather than one of robfair's architectures (names without a path, a suffix or a colon)."""
+    m = str(model)
+    return m.startswith("robustbench:") or "/" in m or os.sep in m or Path(m).suffix != "" or Path(m).is_file()
+
+
+def _arch_ref(arch: str | None) -> tuple[str | None, str | None]:
+    """``FILE.py:NAME`` with FILE made absolute (a run folder outlives the working directory) and its
+    SHA-256; a ``module:NAME`` as it is (no hash)."""
+    if arch is None or ":" not in arch:
+        return arch, None
+    where, _, name = arch.rpartition(":")
+    file = Path(where).expanduser()
+    if file.is_file():
+        return f"{file.resolve()}:{name}", file_digest(file)
+    return arch, None
+
+
+def load_source(model: str, *, arch: str | None = None, arch_kwargs: Mapping[str, Any] | None = None,
+                model_dir: str | None = None, mean: Any = None, std: Any = None) -> tuple[nn.Module, dict[str, Any]]:
+    """A model file to fine-tune (``robfair train --model FILE``): :func:`load_any` (with ``arch`` /
+    ``arch_kwargs`` / ``model_dir``), wrapped in ``Normalized`` for ``mean`` / ``std``, checked that it
+    can train, and the record of where it came from: ``{"model", "format", "sha256", "arch",
+    "arch_sha256", "arch_kwargs", "mean", "std", "model_dir"}`` (paths absolute). One-line
+    :class:`ModelError` for a form that cannot be trained, saying why."""
+    net, meta = load_any(model, arch=arch, arch_kwargs=arch_kwargs, model_dir=model_dir)
+    form = meta["source"]
+    shown = str(model)
+    if form == "robfair-checkpoint" and meta["spec"]["name"] == _ckpt.SOURCE_NAME:
+        was = meta["spec"]["source"]
+        own = Path(meta["path"]).with_name(f"{Path(meta['path']).stem}.weights.pt")
+        raise ModelError(f"{shown} is a robfair checkpoint of a model trained from {was.get('model')}; fine-tune its "
+                         f"weights as a model file: --model {own}" + (f" --arch {was['arch']}" if was.get("arch") else ""))
+    if form == "robfair-checkpoint":
+        raise ModelError(f"{shown} is a robfair checkpoint; fine-tune it with --init {shown} and its architecture as "
+                         f"--model {meta['spec']['name']} (that also keeps the validation split it was trained with)")
+    if form == "export":
+        program = net
+        while isinstance(program, (_Exported, _FixedBatch)):  # robfair's adapters keep the program's mode
+            program = program.net
+        try:
+            program.train()
+        except NotImplementedError as e:
+            raise ModelError(f"{shown} is a torch.export program, which cannot be trained here: its module cannot switch "
+                             f"to training mode ({str(e).strip() or 'train() is not supported'}), so BatchNorm and dropout "
+                             "would train as in evaluation; save model.state_dict() and pass --arch FILE.py:NAME, or save "
+                             "the model as TorchScript (torch.jit.script)") from None
+        program.eval()
+    if not any(p.requires_grad for p in net.parameters()):
+        what = ("a frozen TorchScript module (torch.jit.freeze made its weights constants)" if form == "torchscript"
+                else "a model without parameters that require gradients")
+        raise ModelError(f"{shown} is {what}: there is nothing to train; save it unfrozen (torch.jit.script / "
+                         "torch.jit.trace without freeze), or as a state dict with --arch FILE.py:NAME")
+    if mean is not None or std is not None:
+        net = with_normalization(net, mean, std)
+    path = Path(meta["path"]).resolve()
+    arch_ref, arch_sha = _arch_ref(arch)
+    record = {"model": f"robustbench:{model.split(':', 1)[1]}" if str(model).startswith("robustbench:") else str(path),
+              "format": form, "sha256": file_digest(path), "arch": arch_ref, "arch_sha256": arch_sha,
+              "arch_kwargs": dict(arch_kwargs or {}), "mean": mean, "std": std,
+              "model_dir": None if model_dir is None else str(Path(model_dir).expanduser().resolve())}
+    return net, record
+
+
+def source_spec(record: dict[str, Any], num_classes: int, in_shape: Any) -> dict[str, Any]:
+    """The checkpoint spec of a model trained from a file: :func:`load_source`'s ``record`` under
+    ``source`` (how :func:`rebuild_source` builds it again)."""
+    return {"name": _ckpt.SOURCE_NAME, "num_classes": int(num_classes), "in_shape": [int(d) for d in in_shape],
+            "kwargs": {}, "mean": None, "std": None, "source": dict(record)}
+
+
+def tag_source(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
+    """``model`` carrying ``spec`` where ``save_checkpoint`` reads it (not ``robfair_spec``: the model
+    is the user's own code, so its faults stay named as its own)."""
+    setattr(model, _ckpt.SOURCE_SPEC_ATTR, spec)
+    return model
+
+
+def rebuild_source(spec: dict[str, Any], path: Path) -> nn.Module:
+    """The model of a checkpoint trained from a file, built again from its recorded source (the
+    architecture file for a state dict / safetensors, the model file itself for TorchScript and
+    RobustBench); the checkpoint's weights are loaded after. One line when the source is gone."""
+    rec = spec["source"]
+    try:
+        if rec.get("format") in ("state-dict", "safetensors"):
+            net: nn.Module = build_arch(rec["arch"], rec.get("arch_kwargs"))
+        else:
+            net, _ = load_any(rec["model"], model_dir=rec.get("model_dir"))
+    except ModelError as e:
+        raise ModelError(f"{path} was trained from {rec.get('model')} ({rec.get('format')}, architecture "
+                         f"{rec.get('arch') or 'in the file'}), which cannot be built again here ({e}); put the source "
+                         f"back, or load {path.parent}/{path.stem}.weights.pt into your own class") from None
+    if rec.get("mean") is not None or rec.get("std") is not None:
+        net = with_normalization(net, rec.get("mean"), rec.get("std"))
+    return tag_source(net, spec)
+
+
+_ckpt.SOURCE_BUILDER[:] = [rebuild_source]
+
+
+def own_module(model: nn.Module) -> nn.Module:
+    """The user's own module inside what robfair trained (the ``Normalized`` of --mean/--std peeled)."""
+    while isinstance(model, Normalized):
+        model = model.net
+    return model
+
+
+def save_own_formats(model: nn.Module, best: str | os.PathLike, classes: list[str]) -> list[Path]:
+    """Beside checkpoint ``best`` (``.../best.pt``), the weights of a model trained from a file in a
+    form the user's code loads as it is: ``best.weights.pt`` (``own.state_dict()``, the keys of their
+    own class, ``torch.load(weights_only=True)``), and in the source's own format where it has one:
+    ``best.safetensors`` (from a safetensors file, ``classes`` in its metadata) or ``best.ts``
+    (TorchScript, ``classes`` as an extra file). Each written atomically; returns the paths."""
+    spec = getattr(model, _ckpt.SOURCE_SPEC_ATTR, None)
+    if not isinstance(spec, dict):
+        return []
+    best = Path(best)
+    own = own_module(model)
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in own.state_dict().items()}
+    written = [best.with_name(f"{best.stem}.weights.pt")]
+    with atomic_path(written[0]) as tmp:
+        torch.save(state, tmp)
+    form = spec["source"].get("format")
+    if form == "safetensors":
+        from safetensors.torch import save_file  # lazy: optional extra (the source was read with it)
+
+        written.append(best.with_name(f"{best.stem}.safetensors"))
+        with atomic_path(written[-1]) as tmp:
+            save_file(state, str(tmp), metadata={"classes": json.dumps(list(classes))})
+    elif form == "torchscript":
+        script = copy.deepcopy(own).eval()
+        if any(t.device.type != "cpu" for t in script.state_dict().values()):
+            script = script.cpu()  # (on the CPU already, .cpu() of a ScriptModule only warns about .grad)
+        written.append(best.with_name(f"{best.stem}.ts"))
+        with atomic_path(written[-1]) as tmp:
+            torch.jit.save(script, str(tmp), _extra_files={"classes": json.dumps(list(classes))})
+    return written

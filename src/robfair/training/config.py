@@ -33,6 +33,8 @@ FINAL_AUDIT_KEYS = ("probe", "probe_tolerance")
 RUN_INFO_KEY = "run_info"
 
 Select = Literal["avg+worst", "avg-rob", "worst-rob", "clean", "last"]
+#: the criteria that score an epoch by robust validation accuracy
+ROBUST_SELECT = ("avg+worst", "avg-rob", "worst-rob")
 
 
 def probe_budget(value: Any, what: str = "probe") -> float | str:
@@ -80,8 +82,20 @@ class TrainConfig(BaseModel):
 
     # --- what is trained
     data: str = Field("digits", description="dataset spec NAME[:PATH] (its 'train' split is used)")
-    model: str = Field("smallcnn", description="architecture name (robfair.models)")
+    model: str = Field("smallcnn", description="architecture name (robfair.models), or a model file to fine-tune as "
+                                               "audit's --model takes it (state dict / safetensors with arch, "
+                                               "TorchScript, robustbench:NAME)")
     model_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra architecture arguments")
+    arch: str | None = Field(None, description="model file: the architecture of a state dict / safetensors file, "
+                                               "FILE.py:NAME or module:NAME")
+    arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="model file: the arguments of arch")
+    mean: list[float] | float | str | None = Field(
+        None, description="model file: the input normalization it expects (per channel, or a preset such as cifar10)")
+    std: list[float] | float | str | None = Field(None, description="model file: see mean")
+    model_dir: str | None = Field(None, description="model file robustbench:NAME: RobustBench's model folder")
+    model_source: dict[str, Any] | None = Field(
+        None, description="model file: filled in when the run starts (its path, SHA-256, format, arch and its "
+                          "SHA-256, normalization); a resume refuses a changed file")
     init: str | None = Field(None, description="robfair checkpoint to start from (fine-tuning)")
     method: str = Field("standard", description="training method (standard, pgd-at, trades, ...)")
     method_options: dict[str, Any] = Field(default_factory=dict, description="the method's own options")
@@ -124,7 +138,7 @@ class TrainConfig(BaseModel):
     select: Select | None = Field(
         None, description="best.pt criterion on validation; None: the method's (clean for standard training "
                           "and other methods without a training attack, avg+worst otherwise; last without "
-                          "a validation split)")
+                          "a validation split); a robust criterion for a method without a training attack is refused")
     val_split: Literal["init", "seed"] = Field(
         "init", description="with init: reuse the init run's recorded validation split (init), or draw one from "
                             "seed / val_per_class (seed; refused if it holds the init run's training samples)")
@@ -200,6 +214,7 @@ class TrainConfig(BaseModel):
             no_robust = method.default_attack is None or str(self.val_attack).lower() == "none"
             self.select = ("last" if self.val_per_class == 0 else
                            method.default_select or ("clean" if no_robust else "avg+worst"))
+        self._check_model_file()
         if self.milestones is not None and self.schedule == "piecewise":
             res = self.resolved_milestones()
             bad = [m for m in self.milestones if not m > 0] + [m for m in res if not 0 < m <= self.epochs]
@@ -215,6 +230,55 @@ class TrainConfig(BaseModel):
         if self.val_per_class == 0 and self.select != "last":
             raise ConfigError(f"select '{self.select}' needs a validation split but val_per_class is 0; "
                               "set val_per_class (e.g. 0.1) or select: last")
+        return self
+
+    @property
+    def model_file(self) -> bool:
+        """Whether ``model`` is a model file (or robustbench:NAME) to fine-tune, not a robfair architecture."""
+        from ..models.sources import is_model_file  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+        return is_model_file(self.model)
+
+    def _check_model_file(self) -> None:
+        """The keys of a model file go with one, and a robfair architecture's with it."""
+        file_keys = [k for k in ("arch", "mean", "std", "model_dir") if getattr(self, k) is not None]
+        file_keys += ["arch_kwargs"] if self.arch_kwargs else []
+        if not self.model_file:
+            if file_keys:
+                raise ConfigError(f"{', '.join(file_keys)} are for a model file (--model FILE) but model "
+                                  f"'{self.model}' is a robfair architecture; drop them (its normalization: "
+                                  "model_kwargs mean / std)")
+            return
+        if self.model_kwargs:
+            raise ConfigError(f"model {self.model} is a model file; its constructor's arguments go in arch_kwargs "
+                              "(--arch-kwargs), not model_kwargs")
+        if self.init:
+            raise ConfigError(f"model {self.model} is a model file and is itself the starting point; drop init")
+        if self.arch_kwargs and self.arch is None:
+            raise ConfigError("arch_kwargs needs arch FILE.py:NAME; pass both")
+
+    def selection_problem(self) -> str | None:
+        """Why this run's ``best.pt`` selection is not honest, or None: a method that trains on no attack
+        (standard training, ...) selected by robust validation accuracy. Such a model's robust accuracy
+        is near zero at every epoch, so the argmax picks noise -- in practice the least-trained
+        checkpoint (issue 22: epoch 2, 22% clean, where the last epoch had 38%)."""
+        if self.select not in ROBUST_SELECT or str(self.val_attack).lower() == "none":
+            return None
+        from .methods import build_method  # lazy: start-up time (`robfair --help` loads this module, not torch)
+
+        if build_method(self.method, self.method_options).default_attack is not None:
+            return None
+        return (f"method {self.method} trains on no attack, so select '{self.select}' would pick best.pt by its "
+                "near-zero robust validation accuracy (noise: the least-trained checkpoint); set select: clean "
+                "(or last) for this run")
+
+    def check_selection(self) -> "TrainConfig":
+        """Refuse (one-line ConfigError) a selection :meth:`selection_problem` names; returns self.
+        Checked where a run is set up (``robfair train``, :func:`robfair.training.train`, a study's
+        expansion), not when a recorded config is read back."""
+        problem = self.selection_problem()
+        if problem:
+            raise ConfigError(problem)
         return self
 
     # ------------------------------------------------------------------ derived values

@@ -18,8 +18,10 @@ from ..audit import audit
 from ..data import load_dataset, stratified_split
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
-from ..models import create, load_checkpoint
-from ..models.validate import nonfinite_weights
+from ..models import create, load_checkpoint, model_classes
+from ..models.checkpoint import read_checkpoint
+from ..models.sources import load_source, source_spec, tag_source
+from ..models.validate import check_model_output, nonfinite_weights
 from ..seeding import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
@@ -45,7 +47,7 @@ def split_record(full: Any, cfg: TrainConfig, val_idx: torch.Tensor | None, sour
 
 def init_split(path: str) -> dict[str, Any] | None:
     """The split recorded in checkpoint ``path`` (None for checkpoints written before splits were recorded)."""
-    _, meta = load_checkpoint(path)
+    _, meta = read_checkpoint(path)
     extra = meta.get("extra") or {}
     rec = extra.get("split")
     if rec is None and isinstance(extra.get("trainer"), dict):
@@ -119,12 +121,28 @@ def load_init(model: nn.Module, path: str) -> None:
     model.load_state_dict(loaded.state_dict())
 
 
-def build_model(cfg: TrainConfig, num_classes: int, in_shape: tuple[int, int, int]) -> nn.Module:
-    """``robfair.models.create(cfg.model, ...)``, initialized from ``cfg.init`` when set."""
-    model = create(cfg.model, num_classes, in_shape, **cfg.model_kwargs)
-    if cfg.init:
-        load_init(model, cfg.init)
-    return model
+def build_model(cfg: TrainConfig, num_classes: int, in_shape: tuple[int, int, int], data: Any = None) -> nn.Module:
+    """``robfair.models.create(cfg.model, ...)``, initialized from ``cfg.init`` when set; or, for a model
+    file (:attr:`TrainConfig.model_file`), the user's model as ``audit`` loads it
+    (:func:`robfair.models.sources.load_source`), checked on a batch of ``data`` (its output: one
+    row of ``num_classes`` finite logits per image; the class names its file stores: the data's),
+    with its source recorded in ``cfg.model_source`` (a resume refuses a changed file)."""
+    if not cfg.model_file:
+        model = create(cfg.model, num_classes, in_shape, **cfg.model_kwargs)
+        if cfg.init:
+            load_init(model, cfg.init)
+        return model
+    model, record = load_source(cfg.model, arch=cfg.arch, arch_kwargs=cfg.arch_kwargs, model_dir=cfg.model_dir,
+                                mean=cfg.mean, std=cfg.std)
+    stored = model_classes(model)
+    if data is not None and stored is not None and list(stored) != list(data.classes):
+        raise ModelError(f"{cfg.model} predicts the classes {stored[:4]}... in that order but {cfg.data} has "
+                         f"{list(data.classes)[:4]}...; train it on the data it was made for")
+    if data is not None:
+        x = data.x[: min(len(data), 8)].float()
+        check_model_output(model, x, num_classes, where="training images of the first batch")
+    cfg.model_source = {k: record[k] for k in ("model", "format", "sha256", "arch", "arch_sha256")}
+    return tag_source(model, source_spec(record, num_classes, in_shape))
 
 
 def audit_hook(cfg: TrainConfig, attacks: Sequence[str], *, progress: Callable[[str, int, int], None] | None = None,
@@ -172,6 +190,7 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     1; ``"all"``; 0 off) and ``cfg.probe_tolerance``, its progress going to the callbacks'
     ``on_audit_progress``; or a callable ``final_audit(best_model, test)`` of your own (it then
     decides the probe: pass ``probe=cfg.probe`` to :func:`robfair.audit` to keep the config's)."""
+    cfg.check_selection()  # a run trained on no attack is not selected by robust accuracy
     if isinstance(final_audit, str):
         final_audit = [final_audit]
     if final_audit is not None and not callable(final_audit):
@@ -189,6 +208,6 @@ def train(cfg: TrainConfig, *, callbacks: Sequence[Any] = (),
     test = test_data
     if final_audit is not None and test is None:
         test = load_dataset(data_spec, "test")
-    model = build_model(cfg, full.num_classes, full.in_shape)
+    model = build_model(cfg, full.num_classes, full.in_shape, full)
     return Trainer(model, tr, va, None, cfg, test=test, callbacks=callbacks, final_audit=final_audit,
                    split=split).fit()

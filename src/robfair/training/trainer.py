@@ -48,7 +48,9 @@ from ..errors import ConfigError
 from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..metrics import GroupReport
-from ..models import load_checkpoint, save_checkpoint
+from ..models import save_checkpoint
+from ..models.checkpoint import read_checkpoint
+from ..models.sources import save_own_formats
 from ..models.validate import NonFiniteLogits
 from ..provenance import run_info
 from ..runfolder import RunFolder
@@ -273,7 +275,7 @@ class Trainer:
         return states
 
     def _load_resume(self, path: Path) -> None:
-        loaded, meta = load_checkpoint(path, map_location="cpu")
+        loaded, meta = read_checkpoint(path, map_location="cpu")
         state = meta["extra"].get("trainer")
         if not state:
             raise ConfigError(f"{path} holds no training state; it cannot be resumed - start a new run")
@@ -286,7 +288,7 @@ class Trainer:
             what = ", ".join(f"{k} ({a[k]!r} -> {b[k]!r})" for k in diff)
             raise ConfigError(f"cannot resume {self.run_dir}: the config changed: {what}; resume with the "
                               "original config or choose another out folder")
-        self.raw_model.load_state_dict(loaded.state_dict())
+        self.raw_model.load_state_dict(loaded)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -364,11 +366,16 @@ class Trainer:
         return result
 
     def _load_best(self) -> nn.Module:
-        best = copy.deepcopy(self.eval_model)
+        with torch.no_grad():  # a ScriptModule's deepcopy clones its parameters through autograd: no leaves
+            best = copy.deepcopy(self.eval_model)
+        for p, q in zip(best.parameters(), self.eval_model.parameters()):
+            p.requires_grad_(q.requires_grad)
         if self.folder is not None and self.folder.best.exists():
-            loaded, _ = load_checkpoint(self.folder.best, map_location="cpu")
-            best.load_state_dict(loaded.state_dict())
+            loaded, _ = read_checkpoint(self.folder.best, map_location="cpu")
+            best.load_state_dict(loaded)
             best.robfair_source = str(self.folder.best)  # the final audit names the file it audits
+            # a model file's weights also in the user's own forms: best.weights.pt (+ .safetensors / .ts)
+            save_own_formats(best, self.folder.best, self.class_names)
         elif self._best_state is not None:
             best.load_state_dict(self._best_state)
         return best.eval()

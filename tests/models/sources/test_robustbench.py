@@ -214,3 +214,30 @@ def test_robustbench_package_definition_is_used_when_importable(rice, monkeypatc
     assert meta["architecture"] == "robustbench" and isinstance(model, RBRice2020L2)
     x = torch.rand(2, 3, 32, 32)
     torch.testing.assert_close(model(x), net(x))
+
+
+def test_robustbench_model_fine_tunes_and_its_run_reads_back(rice, tmp_path, capsys, monkeypatch):
+    """robfair train --model robustbench:NAME (issue 22): the file in RobustBench's layout trains, its
+    run records the source, and best.pt is a robfair checkpoint audit reads."""
+    root, net = rice
+    monkeypatch.setitem(sys.modules, "robustbench", None)
+    rng = np.random.default_rng(1)
+    x = rng.random((60, 3, 32, 32)).astype(np.float32)
+    y = np.arange(60) % 10
+    data = tmp_path / "c.npz"
+    names = np.array(["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"])
+    np.savez(data, x=x, y=y, classes=names)
+    out = tmp_path / "run"
+    code, _, err = run_cli(["train", "--model", "robustbench:Rice2020Overfitting", "--model-dir", root, "--data",
+                            f"npz:{data}", "--method", "standard", "--epochs", "1", "--batch-size", "16", "--lr", "0.01",
+                            "--set", "val_per_class=0", "--set", "select=last", "--device", "cpu", "--audit-attack",
+                            "none", "--out", out], capsys)
+    assert code == 0, err
+    import yaml
+
+    src = yaml.safe_load((out / "config.yaml").read_text())["model_source"]
+    assert src["format"] == "robustbench" and src["model"] == "robustbench:Rice2020Overfitting"
+    assert len(src["sha256"]) == 64
+    trained, meta = load_any(out / "checkpoints" / "best.pt")
+    assert meta["spec"]["name"] == "preact-resnet18"  # robfair's own definition of this entry: a plain checkpoint
+    assert not torch.equal(trained.state_dict()["net.conv1.weight"], net.state_dict()["conv1.weight"])  # it trained
