@@ -105,3 +105,14 @@ def test_cli_certify_json_is_the_same_with_and_without_channels_last(tmp_path, c
     a, b = docs
     assert a["meta"]["channels_last"] is True and b["meta"]["channels_last"] is False
     assert {k: v for k, v in a.items() if k != "meta"} == {k: v for k, v in b.items() if k != "meta"}
+
+
+@pytest.mark.parametrize("precision,msg", [("int8", "--precision must be fp32, bf16 or fp16"),
+                                           ("bf16", "--precision bf16 is not native")])
+def test_cli_a_precision_it_cannot_run_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, precision, msg):
+    monkeypatch.delenv("ROBFAIR_EMULATED_PRECISION", raising=False)
+    monkeypatch.setattr("robfair.hardware.native_precisions", lambda dev: {"fp32": True, "bf16": False, "fp16": False})
+    out = tmp_path / "o" / "certify.json"
+    code, _, err = run_cli(["certify", "--model", "mlp", "--n", "10", "--out", out, "--precision", precision], capsys)
+    assert code == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() and not any(p.is_file() for p in tmp_path.rglob("*"))
