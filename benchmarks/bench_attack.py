@@ -18,11 +18,18 @@ estimate least disturbed by other processes; runs of the different variants alte
 (b)  the ratio for a reference-style PGD (``loss.backward()`` with parameters requiring grad, as in
      most research code), and robfair's speed-up over it.
 (c)  channels_last speed-up of robfair's PGD (fp32), (d) bf16 autocast + channels_last speed-up.
+(e)  bf16 + channels_last PGD-k / its own bf16 floor, with most samples fooled (random labels: about
+     90% fooled at the start, each confirmed in fp32 once) and with none fooled (labels = the clean
+     predictions, eps 0: every sample's last iterate checked in fp32), per model at its own batch
+     (``--half-batch``, default PreAct-ResNet-18 32, cifar-cnn 128): the median over repeats of the
+     ratio to the floor run next to it (floor, fooled, floor, none alternate), CPU clock (process
+     time; use --threads 1). Target: <= 1.10 either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Callable
 
@@ -31,6 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from robfair.attacks import PGD
+from robfair.attacks.base import count_passes
+from robfair.hardware import describe
 from robfair.utils import resolve_device, tune_allocator
 
 EPS = 8 / 255
@@ -138,6 +147,52 @@ def bench_model(name: str, args, device: torch.device) -> dict[str, float]:
     return timer.best
 
 
+def bench_half(name: str, batch: int, args, device: torch.device) -> dict[str, object]:
+    """(e): bf16 + channels_last PGD-k against its bf16 floor, with most samples fooled and with
+    none, alternating; per repeat the ratio to the floor run just before it."""
+    from robfair.models import create  # the library's own architectures
+
+    torch.manual_seed(0)
+    k = args.steps
+    model = create(name, 10, (3, 32, 32)).to(device).eval().to(memory_format=torch.channels_last)
+    x = torch.rand(batch, 3, 32, 32, device=device).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        clean = model(x).argmax(1)
+    cases = {"fooled": (torch.randint(0, 10, (batch,), device=device), EPS), "none": (clean, 0.0)}
+    attack = PGD(k, precision="bf16")
+    gen = lambda r: torch.Generator(device).manual_seed(r)  # noqa: E731
+    timer = Timer(device, "wall" if device.type == "cuda" else "cpu")
+    out: dict[str, object] = {}
+    for case, (y, eps) in cases.items():  # warm-up, and what each case is: fooled share, fp32 rows
+        floor_run(model, x, y, 1, "bf16", device)
+        with count_passes() as c:
+            res = attack.run(model, x, y, eps, generator=gen(0))
+        out[f"{case}:fooled"] = float(res.fooled.float().mean())
+        out[f"{case}:fp32_rows"] = c.forward / batch
+    ratios: dict[str, list[float]] = {case: [] for case in cases}
+    for r in range(args.half_repeats):
+        for case, (y, eps) in cases.items():
+            t_floor = timer("floor", lambda: floor_run(model, x, y, k, "bf16", device))
+            t_pgd = timer(case, lambda: attack(model, x, y, eps, generator=gen(r)))
+            ratios[case].append(t_pgd / t_floor)
+            print(f"  [{name} b{batch} {r + 1}/{args.half_repeats} bf16+cl {case:6}] floor {t_floor:7.3f}s  "
+                  f"PGD-{k} {t_pgd:7.3f}s  ratio {t_pgd / t_floor:.3f}", flush=True)
+    for case, rs in ratios.items():
+        out[f"{case}:ratio"] = statistics.median(rs)
+        out[f"{case}:spread"] = (min(rs), max(rs))
+    return out
+
+
+def half_batches(spec: str, quick: bool) -> dict[str, int]:
+    """``--half-batch``: ``model=batch`` pairs, comma-separated (quick: batch 4 each)."""
+    out = {}
+    for part in spec.split(","):
+        name, _, b = part.partition("=")
+        if name.strip():
+            out[name.strip()] = 4 if quick else int(b)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="CI smoke run: batch 16, 1 repeat")
@@ -149,9 +204,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: process CPU time, steadier on a busy machine (use with --threads 1)")
+    p.add_argument("--half-batch", default="preact-resnet18=32,cifar-cnn=128",
+                   help="(e) bf16 PGD / bf16 floor: model=batch pairs ('' skips it; quick: batch 4)")
+    p.add_argument("--half-repeats", type=int, default=None, help="(e) repeats, median (default 5, 1 with --quick)")
     args = p.parse_args()
     args.batch = args.batch or (16 if args.quick else 128)
     args.repeats = args.repeats or (1 if args.quick else 3)
+    args.half_repeats = args.half_repeats or (1 if args.quick else 5)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -173,6 +232,18 @@ def main() -> None:
         print(f"  (b) reference {b['ref'] / b['fp32:floor']:.3f}; robfair {b['ref'] / b['fp32:pgd']:.2f}x faster")
         print(f"  (c) channels_last {b['fp32:pgd'] / b['fp32+cl:pgd']:.2f}x   "
               f"(d) bf16 + channels_last {b['fp32:pgd'] / b['bf16+cl:pgd']:.2f}x")
+
+    halves = half_batches(args.half_batch, args.quick)
+    if halves:
+        print(f"\n(e) bf16 + channels_last PGD-{k} / its bf16 floor, median of {args.half_repeats} alternating "
+              f"repeats, {'wall' if device.type == 'cuda' else 'CPU'} clock; {describe(device)}")
+        half = [(name, b, bench_half(name, b, args, device)) for name, b in halves.items()]
+        for name, b, h in half:
+            for case in ("fooled", "none"):
+                lo, hi = h[f"{case}:spread"]
+                print(f"  {name} b{b} {case:6} {h[f'{case}:ratio']:.3f} (range {lo:.3f}-{hi:.3f}; "
+                      f"{100 * h[f'{case}:fooled']:.0f}% fooled, {h[f'{case}:fp32_rows']:.2f} fp32 forwards "
+                      "per sample)")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ median is reported; CPU clock by default, one torch thread):
 - CERTIFY: ``robfair.certify`` over ``samples`` images (n0 + n noise draws each, ``batch`` draws per
   forward): noise draws per second, everything included (noise, packing, counting, the bound).
 - floor: the same number of forwards of an already-made batch of ``batch`` images (no noise), with
-  the argmax: draws per second of a plain batched forward.
-- ratio CERTIFY / floor (target >= 0.9: the cost is the forwards, nothing else), and the share of
-  the time spent drawing the noise alone.
+  the argmax: draws per second of a plain batched forward, in the layout certify runs the model in
+  (channels_last for convolutional models, the audit's policy) and in the default NCHW layout.
+- ratio CERTIFY / channels_last floor (target >= 0.9: the cost is the forwards, nothing else),
+  CERTIFY / NCHW floor, and the share of the time spent drawing the noise alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 from robfair import certify as C
 from robfair.data import Dataset
+from robfair.hardware import channels_last, wants_channels_last
 from robfair.utils import resolve_device, tune_allocator
 
 
@@ -33,11 +35,18 @@ def bench_model(name: str, shape: tuple[int, int, int], args, device: torch.devi
     from robfair.models import create
 
     torch.manual_seed(0)
-    model = create(name, 10, shape).to(device).eval()
+    model = create(name, 10, shape).to(device).eval()  # certify's (it converts it as the audit does)
+    nchw = create(name, 10, shape).to(device).eval()
+    nchw.load_state_dict(model.state_dict())
+    layout = wants_channels_last(model)
+    as_run = create(name, 10, shape).to(device).eval()  # the layout certify runs it in
+    as_run = as_run.to(memory_format=torch.channels_last) if layout else as_run
+    as_run.load_state_dict(model.state_dict())
     g = torch.Generator().manual_seed(0)
     ds = Dataset(x=torch.rand((args.samples,) + shape, generator=g), y=torch.arange(args.samples) % 10,
                  classes=[str(i) for i in range(10)])
     xb = torch.rand((args.batch,) + shape, generator=g).to(device)
+    xb_run = channels_last(xb) if layout else xb
     now = time.process_time if args.clock == "cpu" else time.perf_counter
 
     def sync():
@@ -52,11 +61,11 @@ def bench_model(name: str, shape: tuple[int, int, int], args, device: torch.devi
         return now() - t, rep.meta["noise_draws"], rep.meta["forwards"]
 
     @torch.no_grad()
-    def run_floor(forwards: int) -> float:
+    def run_floor(forwards: int, net=nchw, x=xb) -> float:
         sync()
         t = now()
         for _ in range(forwards):
-            model(xb).argmax(1)
+            net(x).argmax(1)
         sync()
         return now() - t
 
@@ -72,16 +81,20 @@ def bench_model(name: str, shape: tuple[int, int, int], args, device: torch.devi
 
     _, draws, forwards = run_certify()  # warm-up (and the forward count of one run)
     run_floor(min(forwards, 3))
-    out: dict[str, list[float]] = {"certify": [], "floor": [], "noise": []}
+    run_floor(min(forwards, 3), as_run, xb_run)
+    out: dict[str, list[float]] = {"certify": [], "floor": [], "floor_run": [], "noise": [], "layout": [layout]}
     for r in range(args.repeats):
         t_c, d_c, f_c = run_certify()
+        t_r = run_floor(f_c, as_run, xb_run)
         t_f = run_floor(f_c)
         t_n = run_noise(f_c)
         out["certify"].append(d_c / t_c)
+        out["floor_run"].append(f_c * args.batch / t_r)
         out["floor"].append(f_c * args.batch / t_f)
         out["noise"].append(t_n / t_c)
         print(f"  [{name} {r + 1}/{args.repeats}] CERTIFY {d_c} draws in {t_c:.3f}s ({f_c} forwards); "
-              f"floor {f_c} forwards in {t_f:.3f}s; noise alone {t_n:.3f}s", flush=True)
+              f"floor {f_c} forwards in {t_r:.3f}s ({'channels_last' if layout else 'NCHW'}), "
+              f"{t_f:.3f}s (NCHW); noise alone {t_n:.3f}s", flush=True)
     return out
 
 
@@ -121,11 +134,14 @@ def main() -> None:
         name, dims = spec.split(":")
         shape = tuple(int(s) for s in dims.split("x"))
         results.append((name, shape, bench_model(name, shape, args, device)))
-    print("\nnoise draws per second, median over repeats (CERTIFY / plain batched forward; target >= 0.9)")
+    print("\nnoise draws per second, median over repeats (CERTIFY / plain batched forward in the layout certify "
+          "runs the model in, channels_last for conv nets; target >= 0.9)")
     for name, shape, b in results:
-        c, f = statistics.median(b["certify"]), statistics.median(b["floor"])
-        print(f"  {name} {'x'.join(map(str, shape))}: CERTIFY {c:,.0f}/s, forward {f:,.0f}/s, ratio {c / f:.3f}; "
-              f"noise drawing alone {100 * statistics.median(b['noise']):.1f}% of CERTIFY's time")
+        c, f, fr = (statistics.median(b[k]) for k in ("certify", "floor", "floor_run"))
+        lay = "channels_last" if b["layout"][0] else "NCHW"
+        print(f"  {name} {'x'.join(map(str, shape))}: CERTIFY {c:,.0f}/s, {lay} forward {fr:,.0f}/s, ratio {c / fr:.3f}; "
+              f"NCHW forward {f:,.0f}/s, ratio {c / f:.3f}; noise drawing alone "
+              f"{100 * statistics.median(b['noise']):.1f}% of CERTIFY's time")
 
 
 if __name__ == "__main__":

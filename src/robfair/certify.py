@@ -42,7 +42,10 @@ from torch import nn
 from . import __version__
 from .attacks import get_attack
 from .attacks.base import noise
+from .audit.engine import autocast, evaluation_model
 from .errors import AttackError, ConfigError, DataError, ModelError, RobfairError
+from .hardware import channels_last as to_channels_last
+from .hardware import check_precision, wants_channels_last
 from .inert import csv_cell
 from .metrics import GroupReport, wilson
 from .models import load_any
@@ -114,12 +117,17 @@ class NoiseCounter:
 
     ``counts(x, keys, num, stage)`` returns an (m, K) int64 tensor: for each of the m inputs, how often
     ``model(x_i + sigma * e).argmax()`` returned each class over ``num`` draws. Draws of one sample are
-    split into forwards of ``batch_size``; the short remainders of several samples share a forward."""
+    split into forwards of ``batch_size``; the short remainders of several samples share a forward.
+
+    ``precision`` is the forwards' autocast (the audit's :func:`~robfair.audit.engine.autocast`);
+    ``channels_last``: the noisy batch is laid out channels_last (the noise is drawn as before, so
+    its values are the same; the scaling writes it in the new layout)."""
 
     def __init__(self, model: nn.Module, sigma: float, num_classes: int, *, batch_size: int, seed: int,
-                 device: torch.device) -> None:
+                 device: torch.device, precision: str = "fp32", channels_last: bool = False) -> None:
         self.model, self.sigma, self.K = model, float(sigma), int(num_classes)
         self.batch_size, self.seed, self.device = int(batch_size), int(seed), device
+        self.precision, self.channels_last = precision, bool(channels_last)
         self.forwards = 0
         self.draws = 0
         #: inputs since the last :meth:`refuse_nonfinite` whose logits were not all finite (a device
@@ -151,19 +159,27 @@ class NoiseCounter:
         if len(batch) == 1:
             j, size = batch[0]
             xin = torch.randn((size,) + shape, generator=gens[j], device=self.device, dtype=x.dtype)
-            xin.mul_(self.sigma).add_(x[j])
+            xin = self._scaled(xin).add_(x[j])
             owner = None
         else:
             xin = torch.cat([torch.randn((s,) + shape, generator=gens[j], device=self.device, dtype=x.dtype)
                              for j, s in batch])
             idx = torch.cat([torch.full((s,), j, dtype=torch.long) for j, s in batch]).to(self.device)
-            xin.mul_(self.sigma).add_(x[idx])
+            xin = self._scaled(xin).add_(x[idx])
             owner = idx
-        pred = self.note(self.model(xin)).argmax(1)
+        with autocast(xin.device, self.precision):
+            z = self.model(xin)
+        pred = self.note(z).argmax(1)
         flat = pred + batch[0][0] * self.K if owner is None else owner * self.K + pred
         out.index_add_(0, flat, torch.ones_like(flat))
         self.forwards += 1
         self.draws += int(xin.shape[0])
+
+    def _scaled(self, e: torch.Tensor) -> torch.Tensor:
+        """``sigma * e``, in place, or written channels_last (the same values: one multiply either way)."""
+        if not self.channels_last or e.dim() != 4:
+            return e.mul_(self.sigma)
+        return torch.mul(e, self.sigma, out=torch.empty_like(e, memory_format=torch.channels_last))
 
     def note(self, z: torch.Tensor) -> torch.Tensor:
         """Count the rows of logits ``z`` that are not all finite; returns ``z``."""
@@ -211,10 +227,12 @@ def predict(model: nn.Module, x: torch.Tensor, sigma: float, *, n: int = 1000, a
     return res
 
 
-def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int | None) -> int:
+def _check_model(model: nn.Module, x: torch.Tensor, num_classes: int | None, precision: str = "fp32") -> int:
     """The model takes these images and returns one finite logit per class of the dataset (any
-    K >= 2 for ``num_classes`` None); returns K (one-line ModelError otherwise)."""
-    return int(check_model_output(model, x, num_classes, where="clean images, the first to certify").shape[1])
+    K >= 2 for ``num_classes`` None), under ``precision``; returns K (one-line ModelError otherwise)."""
+    with autocast(x.device, precision):
+        z = check_model_output(model, x, num_classes, where="clean images, the first to certify", precision=precision)
+    return int(z.shape[1])
 
 
 # ============================================================================== the report
@@ -559,6 +577,8 @@ def certify(
     checkpoint: str | Path | None = None,
     checkpoint_every: float = 30.0,
     progress: Progress | None = None,
+    precision: str = "fp32",
+    channels_last: bool | None = None,
 ) -> CertifyReport:
     """CERTIFY every selected sample of ``dataset`` (see the module docstring).
 
@@ -575,6 +595,11 @@ def certify(
         seconds and on interruption); an existing one for the same model, data and settings is
         resumed, one for anything else is refused. It is left in place; delete it when done.
     progress: ``(stage, done, total)`` callback, called after each block of samples.
+    precision / channels_last: as the audit runs the model (:func:`robfair.audit.engine.evaluate`):
+        bf16 / fp16 autocast only where the device runs it natively (the certificate is then the
+        smoothed classifier's of the model at that precision, and ``meta["precision"]`` says so);
+        channels_last None: on for models with 2-D convolutions (the noise and the counts are the
+        same in fp32).
     """
     sigma = _positive(sigma, "sigma")
     check_draws(n0, n, batch_size)
@@ -589,17 +614,21 @@ def certify(
     dataset.validate()
     positions = select_indices(dataset, per_class=per_class, skip=skip, indices=indices)
     dev = resolve_device(device)
+    precision = check_precision(precision, dev, what="precision")
+    layout = wants_channels_last(model, channels_last)
+    images = (lambda pos: to_channels_last(dataset.images(pos).to(dev))) if layout else \
+        (lambda pos: dataset.images(pos).to(dev))  # noqa: E731
     K = dataset.num_classes
 
-    was_training = model.training
-    model.eval()
-    model = model.to(dev)
-    net = guarded(model)  # its own dtype; its forward's faults named as its own
-    try:
-        _check_model(net, dataset.images(positions[:batch_size]).to(dev), K)  # before the first noise draw
+    # run as the audit runs it: eval mode on the device, channels_last where the policy says, its own dtype,
+    # its forward's faults named as its own; its training mode restored afterwards
+    with evaluation_model(model, dev, layout) as net:
+        _check_model(net, images(positions[:batch_size]), K, precision)  # before the first noise draw
         total = positions.size
         settings = {"sigma": sigma, "n0": int(n0), "n": int(n), "alpha": float(alpha), "batch_size": int(batch_size),
                     "seed": int(seed), "schema": CHECKPOINT_SCHEMA}
+        if precision != "fp32":  # other counts: never resumed from an fp32 checkpoint (fp32's keys as before)
+            settings["precision"] = precision
         ck_path = Path(checkpoint).expanduser() if checkpoint is not None else None
         fp = _fingerprint(model, dataset, settings, positions) if ck_path is not None else ""
         state = {"base_pred": np.zeros(total, np.int64), "selected": np.zeros(total, np.int64),
@@ -614,7 +643,8 @@ def certify(
                 resumed = int(done.sum())
                 log.info("resuming %s: %d of %d samples already certified", ck_path, resumed, total)
 
-        counter = NoiseCounter(net, sigma, K, batch_size=batch_size, seed=seed, device=dev)
+        counter = NoiseCounter(net, sigma, K, batch_size=batch_size, seed=seed, device=dev, precision=precision,
+                               channels_last=layout)
         block = max(1, batch_size // min(n0, n))  # samples per block: fixed by the settings, so resume is exact
         t0 = time.perf_counter()
         last_save = t0
@@ -626,8 +656,8 @@ def certify(
                 if done[sl].all():
                     continue
                 pos = positions[sl]
-                x = dataset.images(pos).to(dev)
-                with torch.no_grad():
+                x = images(pos)
+                with torch.no_grad(), autocast(dev, precision):
                     base = counter.note(net(x)).argmax(1)
                 c0 = counter.counts(x, pos.tolist(), int(n0), _SELECT)
                 c_a = c0.argmax(1)
@@ -658,8 +688,6 @@ def certify(
         if ck_path is not None:
             _save_state(ck_path, fp, done, state)
         seconds = time.perf_counter() - t0
-    finally:
-        model.train(was_training)
 
     y = dataset.y.cpu().numpy()[positions]
     g = dataset.g.cpu().numpy()[positions] if dataset.g is not None else y
@@ -667,7 +695,8 @@ def certify(
         "robfair_version": __version__, "torch_version": torch.__version__, "dataset": getattr(dataset, "name", ""),
         "n_samples": int(total), "dataset_size": len(dataset), "num_classes": K,
         "model": getattr(model, "robfair_spec", {"name": type(model).__name__}),
-        "batch_size": int(batch_size), "seed": int(seed), "device": str(dev),
+        "batch_size": int(batch_size), "seed": int(seed), "device": str(dev), "precision": precision,
+        "channels_last": bool(layout),
         "resumed_samples": resumed, "seconds": round(seconds, 3),
         "noise_draws": counter.draws, "forwards": counter.forwards,
         "draws_per_second": round(counter.draws / seconds, 1) if seconds > 0 else None,

@@ -13,7 +13,9 @@ Evaluation semantics (``keep="first-success"``, the default)
 
     The check at iterate ``t`` reuses the logits of the forward pass that computes the gradient at
     ``t``; only the last iterate needs one extra forward. PGD-k therefore costs k forward+input-grad
-    passes plus one forward per run.
+    passes plus one forward per run. Under ``bf16`` / ``fp16`` the extra forwards are fp32 ones, one
+    per sample: its success confirmed once (plus any reduced-precision success fp32 rejects), or its
+    last iterate checked; a sample already fooled is never forwarded in fp32 again, early exit or not.
 
 Targeted attacks (``targeted=True``; names ``-t``, ``-t<k>``, ``-trand``)
     ``y`` is always the **true** label; the targets come from a stated rule, never from ``y``:
@@ -314,6 +316,7 @@ class _Pool:
         self.checks: list[dict[str, torch.Tensor]] = []
         self.n_checks = 0
         self.loaded_bytes = 0
+        self.n_classes = 0  # the model's logits, known after the first forward
 
     def _can_load(self) -> bool:
         """Another chunk may be loaded: MAX_LOADED always, more within LOAD_BUDGET."""
@@ -458,11 +461,19 @@ class _Pool:
         half = atk.precision != "fp32"
         tgt = R["tgt"] if atk.targeted else None
         xa = R["xa"]
+        # under bf16 / fp16 the fp32 forwards (confirmations, last iterates) skip the rows already
+        # fooled: their result is frozen and was confirmed once, so fp32 has nothing left to decide
+        live = ~R["done"]
         if bool(final.all()):
             grad = None
             with torch.no_grad():
-                z = atk.logits_fp32(model, xa) if half else atk.logits(model, xa)
-            exact = torch.ones_like(final) if half else final
+                if not half:
+                    z = atk.logits(model, xa)
+                elif bool(live.all()):
+                    z = atk.logits_fp32(model, xa)
+                else:
+                    z = self._fp32_rows(xa, final & live)
+            exact = live if half else final
         else:
             xa.requires_grad_(True)
             z = atk.logits(model, xa)
@@ -471,17 +482,15 @@ class _Pool:
             xa = xa.detach()
             z = z.detach()
             exact = torch.zeros_like(final)
-            if half and bool(final.any()):  # the last iterate is judged in fp32
-                f = final.nonzero().squeeze(1)
-                with torch.no_grad():
-                    z = z.clone()
-                    z[f] = atk.logits_fp32(model, xa[f]).to(z.dtype)
-                exact = final.clone()
+            if half and bool((final & live).any()):  # the last iterate is judged in fp32
+                exact = final & live
+                z = self._fp32_rows(xa, exact, z)
+        self.n_classes = int(z.shape[1])
         check = final if not track else torch.ones_like(final)
         pred = z.argmax(1)
         fooled = (pred != R["y"]) & check
-        if half and bool((fooled & ~exact).any()):  # confirm half-precision successes in fp32
-            cand = (fooled & ~exact).nonzero().squeeze(1)
+        if half and bool((fooled & ~exact & live).any()):  # confirm half-precision successes in fp32
+            cand = (fooled & ~exact & live).nonzero().squeeze(1)
             with torch.no_grad():
                 p32 = atk.logits_fp32(model, xa[cand]).argmax(1)
             pred = pred.clone()
@@ -524,6 +533,21 @@ class _Pool:
                 R["t"][sel] = 0
         R["xa"] = xa
         return self._drop(leave, R)
+
+    def _fp32_rows(self, xa: torch.Tensor, rows: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
+        """``z`` (zeros where None: rows already fooled, whose logits decide nothing) with the
+        fp32 logits of the rows ``rows`` (a mask), computed without gradient."""
+        idx = rows.nonzero().squeeze(1)
+        with torch.no_grad():
+            z32 = self.atk.logits_fp32(self.model, xa[idx]) if idx.numel() else None
+        if z is None:
+            dtype = torch.float32 if z32 is None else z32.dtype
+            z = torch.zeros((xa.shape[0], self.n_classes), dtype=dtype, device=xa.device)
+        else:
+            z = z.clone()
+        if z32 is not None:
+            z[idx] = z32.to(z.dtype)
+        return z
 
     def _finish_plain(self) -> None:
         """Training, one run: a row whose last step is done returns its plain last iterate."""

@@ -85,6 +85,10 @@ def certify(
     groups: Optional[str] = typer.Option(None, "--groups", help="Protected attribute to group by (as in audit)  \\[default: the classes]"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seeds every sample's noise."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:1, mps."),
+    precision: str = typer.Option("fp32", help="fp32, bf16 or fp16 autocast (as audit: only where native)."),
+    channels_last: Optional[bool] = typer.Option(None, "--channels-last/--no-channels-last",
+                                                 help="Channels-last memory format (same certificates in fp32)  "
+                                                      "\\[default: on for convolutional models]"),
     bootstrap: int = typer.Option(1000, min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for worst-class and gap intervals."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write certify.json here (a .json file or a folder); "
                                        "also the per-sample outcomes and, while running, a resume checkpoint  \\[default: not written]"),
@@ -130,7 +134,9 @@ def certify(
     if html is not None:
         html = check_output_file(html, "--html", overwrite=overwrite, claim=True)
     claim_outputs([ck_path], "--out")
-    resolve_device(device)
+    from ..hardware import check_precision
+
+    check_precision(precision, resolve_device(device))  # before the model and data are read
     net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)  # any source audit accepts
     ds = load_dataset(data, split=split, groups=groups)
     ds = _check_classes(meta, ds, class_map)
@@ -143,7 +149,8 @@ def certify(
     resume_from(ck_path)  # an interrupt names it only once it exists
     with _progress() as p:
         rep = C.certify(net, ds, sigma_v, n0=n0, n=n, alpha=alpha, batch_size=batch_size, radii=radii, seed=seed,
-                        device=device, per_class=per_class, skip=skip, checkpoint=ck_path, progress=_Bars(p))
+                        device=device, per_class=per_class, skip=skip, checkpoint=ck_path, progress=_Bars(p),
+                        precision=precision, channels_last=channels_last)
     rep.meta.update(checkpoint=str(model), data=data, split=split, class_order=meta.get("class_order"))
     if check_r is not None:
         with _progress() as p:
