@@ -297,8 +297,8 @@ def describe(device: Any = "cpu") -> str:
     rec = measure_speedups(dev)
     cpu = f"{cpu_model()} ({platform.machine()})"
     return (f"{dev.type} {cpu}, flags: {flags_text()}; torch CPU capability {cpu_capability()}, {os.cpu_count()} "
-            f"logical cores, {torch.get_num_threads()} torch threads; measured speed-up ÷ fp32 NCHW (probe at "
-            f"{rec['threads']} threads): {speedup_text(rec)}; torch {torch.__version__}")
+            f"logical cores, {torch.get_num_threads()} torch threads; measured speed-up ÷ fp32 NCHW (probe, 1 thread): "
+            f"{speedup_text(rec)}; torch {torch.__version__}")
 
 
 def check_precision(precision: str, device: Any, *, what: str = "--precision") -> str:
@@ -363,6 +363,43 @@ def wants_channels_last(model: Any, option: bool | None = None) -> bool:
                 log.warning(msg)
         return bool(option)
     return conv and channels_last_pays(_model_device(model))
+class GuardedCompile(nn.Module):
+    """``torch.compile(model, backend=backend)`` where this torch has it, falling back to ``model`` itself
+    (eager) for good, with one warning, if compiling fails on a call. The eager model is the
+    ``_orig_mod`` submodule, as in torch's own wrapper, so :func:`robfair.models.factory.unwrap` and
+    checkpoints see the plain model; parameters are shared."""
+
+    def __init__(self, model: nn.Module, backend: str = "inductor") -> None:
+        super().__init__()
+        self._orig_mod = model
+        self.backend = backend
+        self.failure: str | None = None
+        object.__setattr__(self, "_compiled", None)  # not a submodule: its parameters are _orig_mod's
+        if not hasattr(torch, "compile"):
+            self.failure = f"torch {torch.__version__} has no torch.compile"
+        else:
+            try:
+                object.__setattr__(self, "_compiled", torch.compile(model, backend=backend))
+            except Exception as e:  # noqa: BLE001 - the guard: any failure to set up compile means eager
+                self.failure = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        if self.failure:
+            log.warning("torch.compile (%s) unavailable, running eager: %s", backend, self.failure)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether calls go through the compiled module (False: eager, see ``failure``)."""
+        return self._compiled is not None and self.failure is None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.compiled:
+            try:
+                return self._compiled(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - a compile error falls back; the model's own error re-raises below
+                self.failure = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                log.warning("torch.compile (%s) failed, running eager from now on: %s", self.backend, self.failure)
+        return self._orig_mod(*args, **kwargs)
+
+
 def channels_last(x: Any) -> Any:
     """A 4-D batch in exact channels_last strides (1-channel images too, whose default strides are
     ambiguous and would keep convolutions on the default-format path); other tensors unchanged."""
