@@ -305,7 +305,7 @@ def main(argv=None) -> int:
             "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(), "hardware": describe(dev),
             "settings": vars(args).copy()}
     info["settings"]["out"] = str(args.out)
-    print(info["hardware"], flush=True)
+    print(f"# machine: {info['hardware']}", flush=True)
     print("preflight: the speed probe (robfair.hardware, cached: " + str(hardware.cache_file(dev)) + ")"
           if dev.type == "cpu" else "preflight: CUDA precision from torch's report", flush=True)
     n_fit_full = CIFAR10_TRAIN - args.val_per_class * 10

@@ -18,6 +18,8 @@
   lists); no decision is made from a flag name.
 - :func:`describe` is the one line benchmarks print about the machine they ran on (CPU model, the
   flags that matter, cores, torch and its capability, the measured speed-ups).
+- :class:`GuardedCompile` is ``torch.compile`` where it works: the trainer's step under ``compile:``,
+  eager with one warning where this torch has no compile or compiling fails.
 """
 
 from __future__ import annotations
@@ -293,7 +295,8 @@ def describe(device: Any = "cpu") -> str:
         red = ", ".join(f"{p} {'native' if nat[p] else 'emulated'}" for p in ("bf16", "fp16"))
         name = torch.cuda.get_device_name(dev)
         cap = ".".join(map(str, torch.cuda.get_device_capability(dev)))
-        return f"cuda {name} (sm {cap}); {red} (torch's report); host {cpu_model()}; torch {torch.__version__}"
+        return (f"cuda {name} (sm {cap}); {red} (torch's report); host {cpu_model()} ({platform.machine()}, flags: "
+                f"{flags_text()}, {os.cpu_count()} logical cores); torch {torch.__version__}")
     rec = measure_speedups(dev)
     cpu = f"{cpu_model()} ({platform.machine()})"
     return (f"{dev.type} {cpu}, flags: {flags_text()}; torch CPU capability {cpu_capability()}, {os.cpu_count()} "
