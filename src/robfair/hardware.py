@@ -206,6 +206,9 @@ def _timed_steps(dev: torch.device, budget_s: float) -> dict[str, Any]:
             screen[k] = min(timed(k, 2) for _ in range(2))
         except Exception as e:  # noqa: BLE001 - a precision the device's autocast lacks is measured as absent
             failed[k] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+    if "fp32" in failed:  # nothing to compare with: every variant counts as not faster
+        return {"ratio": {}, "fp32_s": float("nan"), "rounds": 0, "failed": dict.fromkeys(variants, failed["fp32"]),
+                "screened": []}
     slow = {k: screen["fp32"] / v for k, v in screen.items() if k != "fp32" and v > 3 * screen["fp32"]}
     live = [k for k in variants if k not in failed and k not in slow]
     for k in live:  # warm-up at full size
@@ -240,8 +243,11 @@ def measure_speedups(device: Any = "cpu", *, refresh: bool = False, budget_s: fl
         t0 = time.perf_counter()
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one thread: the ratios, not the machine's load, decide
-        try:
-            res = _timed_steps(dev, budget_s)
+        try:  # the caller's random streams untouched (a seeded run is the same whether the probe ran or not),
+            # gradients on even inside no_grad / inference_mode, no outer autocast
+            with torch.random.fork_rng(devices=[]), torch.inference_mode(False), torch.enable_grad(), \
+                    torch.autocast(dev.type, enabled=False):
+                res = _timed_steps(dev, budget_s)
         finally:
             torch.set_num_threads(threads)
         speed = {k: (None if k in res["failed"] else round(res["ratio"][k], 3)) for k in ("bf16", "fp16", "channels_last")}

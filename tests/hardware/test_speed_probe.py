@@ -111,3 +111,18 @@ def test_doctor_prints_the_machine_and_the_measured_speedups(tmp_path):
     assert f"{rec['speedup']['channels_last']:.2f}x" in cl
     second = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
     assert "from the cache" in second.stdout and second.stdout.splitlines()[5:] == out[5:]  # same ratios, same file
+
+
+def test_probe_leaves_the_callers_state_as_it_was(cache):
+    """A seeded run is the same whether the probe ran in it or came from the cache: the global random
+    stream, the thread count and grad mode are untouched; under no_grad / inference_mode it still measures."""
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    threads = torch.get_num_threads()
+    with torch.inference_mode():
+        rec = hardware.measure_speedups("cpu", budget_s=0.05)
+    assert torch.equal(torch.rand(4), expected) and torch.get_num_threads() == threads
+    assert torch.is_grad_enabled() and isinstance(rec["speedup"]["channels_last"], float)
