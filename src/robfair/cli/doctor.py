@@ -51,7 +51,11 @@ def doctor_lines(remeasure: bool = False) -> list[str]:
     verdict = ("on by default for conv nets" if hardware._faster(r)
                else "off by default (NCHW); asking for it runs it with one warning")
     lines.append(f"  channels_last    {'-' if r is None else f'{r:.2f}x':>6}  {verdict}")
-    lines.append(f"cache: {rec['cache_file']} (per CPU model + flags and torch version; robfair doctor --remeasure "
+    from pathlib import Path
+
+    kept = "" if Path(rec["cache_file"]).is_file() else (" - could not be written there (measured again next time); "
+                                                        f"set {hardware.CACHE_ENV} to a writable folder")
+    lines.append(f"cache: {rec['cache_file']}{kept} (per CPU model + flags and torch version; robfair doctor --remeasure "
                  f"measures again)")
     return lines
 
