@@ -36,6 +36,7 @@ def test_probe_measures_caches_and_reuses(cache, monkeypatch):
         r = rec["speedup"][k]
         assert r is None or (isinstance(r, float) and 0.0 < r < 100.0)
     assert isinstance(rec["speedup"]["channels_last"], float) and rec["fp32_step_ms"] > 0
+    assert rec["failed"] == {}  # torch's CPU autocast runs both precisions: each is timed, none is "absent"
     # the next process (here: a cleared memory cache) reads the record instead of measuring
     monkeypatch.setattr(hardware, "_MEASURED", {})
     monkeypatch.setattr(hardware, "_timed_steps", lambda *a, **k: pytest.fail("measured again"))
