@@ -331,7 +331,8 @@ def check_precision(precision: str, device: Any, *, what: str = "--precision") -
     if dev.type == "cpu":
         rec = measure_speedups(dev)
         r = rec["speedup"].get(p)
-        how = "measured: it does not run" if r is None else f"measured {r:.2f}x fp32's speed, not faster,"
+        how = ("is not native here (measured: it does not run)" if r is None
+               else f"is not native here (measured {r:.2f}x fp32's speed, not faster)")
         where = (f"this CPU ({cpu_model()}, torch capability {cpu_capability()}; probe: {rec['cache_file']})")
     else:
         how, where = "is not native", f"device {dev}"

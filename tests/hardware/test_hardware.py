@@ -34,7 +34,7 @@ def test_precision_refused_where_measured_slower_and_allowed_where_faster(monkey
     pin_speedups(monkeypatch, bf16=0.43, fp16=None)
     assert hardware.check_precision("fp32", "cpu") == "fp32"
     for p in ("bf16", "fp16"):
-        with pytest.raises(RobfairError, match=f"--precision {p} measured.* use --precision fp32") as e:
+        with pytest.raises(RobfairError, match=f"--precision {p} is not native here \\(measured.* use --precision fp32") as e:
             hardware.check_precision(p, "cpu")
         assert "\n" not in str(e.value) and hardware.EMULATION_ENV in str(e.value)
         assert ("measured 0.43x fp32's speed" if p == "bf16" else "measured: it does not run") in str(e.value)
@@ -74,7 +74,7 @@ def test_trainer_refuses_emulated_bf16(monkeypatch, digits):
     pin_speedups(monkeypatch, bf16=0.07)
     cfg = TrainConfig(data="digits", model="mlp", model_kwargs={"hidden": [8]}, epochs=1, precision="bf16",
                       device="cpu", val_per_class=0, select="last")
-    with pytest.raises(RobfairError, match="precision bf16 measured"):
+    with pytest.raises(RobfairError, match="precision bf16 is not native here \\(measured 0.07x"):
         train(cfg, train_data=digits.subset(torch.arange(64)))
 
 
