@@ -215,6 +215,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     tuned = tune_allocator()
+    from robfair.hardware import describe  # here, not at the top: the import block is the bf16 branch's to change
+
+    print(f"# machine: {describe(device)}")
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, batch {args.batch}, "
           f"PGD-{args.steps}, repeats {args.repeats} (min), clock {args.clock}, allocator tuned: {tuned}")
     k = args.steps

@@ -228,7 +228,7 @@ def main(argv=None) -> int:
             else f"digits {'test' if args.split == 'test' else 'train+test'}")
     print(f"# bench_audit: {what} n={len(y)}, PGD-{args.steps} L-inf, batch {args.batch}, "
           f"CPU clock, median of {repeats}, alternating{' [quick]' if args.quick else ''}")
-    print(f"# hardware: {hardware.describe('cpu')}; glibc allocator tuned: {tuned}")
+    print(f"# machine: {hardware.describe('cpu')}; glibc allocator tuned: {tuned}")
     k = args.steps
     passes = {name: Passes(model) for name, model in models.items()}
     costs = {name: pass_cost(model, x, y, args.batch) for name, model in models.items()}

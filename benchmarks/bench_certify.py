@@ -125,7 +125,7 @@ def main() -> None:
     tuned = tune_allocator()
     from robfair.hardware import describe
 
-    print(f"{describe(device)}")
+    print(f"# machine: {describe(device)}")
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, batch {args.batch}, "
           f"samples {args.samples} x (n0 {args.n0} + n {args.n}), repeats {args.repeats} (median, alternating), "
           f"clock {args.clock}, allocator tuned: {tuned}")

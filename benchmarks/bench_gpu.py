@@ -27,6 +27,7 @@ import torch
 
 import robfair
 from robfair.data import load_dataset
+from robfair.hardware import describe
 from robfair.training import TrainConfig, train
 from robfair.utils import tune_allocator
 
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
     dev = robfair.utils.resolve_device(args.device)
     info = {"torch": torch.__version__, "python": platform.python_version(), "device": str(dev),
             "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None, "data": args.data,
-            "epochs": args.epochs, "batch": args.batch}
+            "epochs": args.epochs, "batch": args.batch, "machine": describe(dev)}
+    print(f"# machine: {info['machine']}")
     print(json.dumps(info))
     results: dict = {"info": info}
     test = load_dataset(args.data, split="test")

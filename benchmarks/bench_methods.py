@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from robfair.hardware import describe
 from robfair.training import TrainConfig, train
 from robfair.utils import tune_allocator
 
@@ -37,6 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=None)
     args = p.parse_args(argv)
     tune_allocator()
+    print(f"# machine: {describe('cpu')}", flush=True)
     epochs = args.epochs or (2 if args.quick else 4)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:

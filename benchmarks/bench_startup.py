@@ -78,6 +78,9 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     ip = statistics.median(inproc)
     src = next((p for p in sys.path if p.endswith("src")), "installed robfair")
+    from robfair.hardware import describe  # imports torch: only after the children were timed
+
+    print(f"# machine: {describe('cpu')}")
     print(f"# bench_startup: CPU seconds (user+sys), median of {args.repeats}, alternating; robfair from {src}")
     for k, v in med.items():
         print(f"{k:<22} {v:7.2f} s")

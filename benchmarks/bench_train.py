@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from robfair.data import Dataset
+from robfair.hardware import describe
 from robfair.models import create
 from robfair.training import Trainer, TrainConfig
 from robfair.utils import resolve_device, tune_allocator
@@ -120,6 +121,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     tuned = tune_allocator()
+    print(f"# machine: {describe(device)}")
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, model {args.model}, "
           f"batch {args.batch}, {args.steps} attack steps, repeats {args.repeats}, allocator tuned: {tuned}",
           flush=True)

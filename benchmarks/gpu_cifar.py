@@ -4,14 +4,24 @@
     python benchmarks/gpu_cifar.py --dry-run --out /tmp/gpu-dry    # CPU, a few images: checks the script (CI)
 
 What it does, all measured in this run (nothing is assumed or copied from elsewhere):
+0. Prints its plan: epochs (fixed or fitted to the budget), batch, the model FLOPs of one PGD-10 AT epoch of
+   PreAct-ResNet-18 on CIFAR-10 (counted by torch's FlopCounterMode on the meta device: 10 attack steps of
+   forward + input gradient and one training forward + backward per image, in PFLOP) and the 15-second
+   H200 target for that epoch with the throughput it needs (and the same for ``--model`` when it differs).
+   Then a preflight of the paths the run takes, each reported: the speed probe (``robfair.hardware``),
+   DataLoader workers decoding JPEGs from the archive (``--workers``, identical to in-process decoding),
+   ``torch.compile`` of the training step (``--compile``, guarded: where it fails the run goes on eager
+   with one warning), bf16 autocast in channels_last.
 1. Loads ``cifar10-jpeg`` (the shared JPEG archive copied with the tree; decoded once, then cached)
-   and puts both splits on the device as uint8.
+   (decoded by ``--workers`` DataLoader processes on a cold cache) and puts both splits on the device as uint8.
 2. Calibrates: one PGD-AT epoch on a small subset with the same settings measures the time per
-   training image (warm-up included, so the estimate errs on the slow side).
+   training image (warm-up included, so the estimate errs on the slow side); with torch.compile two
+   epochs, the second giving the time per image and the first's excess the compilation, which the
+   training run pays once more.
 3. Picks the number of epochs that fits the wall budget (``--budget-s``, default 540 s, minus what
    was spent and a reserve for the audit), unless ``--epochs`` is given, and trains PreAct-ResNet-18
    with PGD-AT (PGD-10, eps 8/255, step eps/4; SGD 0.1, momentum 0.9, wd 5e-4, cosine; random
-   crop + flip on the device) under bf16 autocast in channels_last; best checkpoint on a
+   crop + flip on the device) under bf16 autocast in channels_last, the training step torch.compile'd; best checkpoint on a
    validation split carved from train.
 4. Audits the selected model on the test split (FGSM and PGD-20 in fp32, worst case over both;
    per-class clean and robust accuracy with Wilson intervals), with the reliability probe when the
@@ -32,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import logging
 import math
+import os
 import platform
 import sys
 import tempfile
@@ -44,10 +56,12 @@ import torch
 
 import robfair
 from robfair.audit import audit
-from robfair.data import load_dataset
-from robfair.data.registry import with_options
+from robfair.data import cifar_jpeg, load_dataset
+from robfair.data.registry import parse_spec, with_options
 from robfair.errors import RobfairError
+from robfair import hardware
 from robfair.hardware import describe
+from robfair.models import create
 from robfair.runfolder import RunFolder
 from robfair.safeio import check_output_dir
 from robfair.training import TrainConfig, train
@@ -55,6 +69,9 @@ from robfair.utils import resolve_device, tune_allocator, write_json
 
 #: PGD-AT PreAct-ResNet-18 on (lossless) CIFAR-10, FRL (Xu et al., ICML 2021) abstract: class -> (clean %, robust %)
 PUBLISHED = {"automobile": (93.0, 67.0), "cat": (65.0, 17.0)}
+#: the target of issue 23: one PGD-10 AT epoch of PreAct-ResNet-18 on CIFAR-10 (50,000 images) on one H200
+H200_TARGET_S = 15.0
+CIFAR10_TRAIN = 50_000
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -79,6 +96,10 @@ def parse(argv=None) -> argparse.Namespace:
                    "robfair.audit when it has a probe")
     p.add_argument("--audit-batch", type=int, default=1000)
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"], help="training autocast")
+    p.add_argument("--compile", default=None, help="torch.compile backend of the training step (default inductor; "
+                   "dry run aot_eager: the same graph capture without code generation; 'off': eager); guarded")
+    p.add_argument("--workers", type=int, default=None, help="DataLoader processes decoding the archive on a cold "
+                   "cache (default: min(8, cores); dry run 2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true",
                    help="CPU, cifar-cnn, 30 training and 20 test images, 1 epoch, PGD-2, still bf16 + channels_last: "
@@ -91,12 +112,15 @@ def parse(argv=None) -> argparse.Namespace:
         args.device, args.batch, args.steps, args.max_epochs = "cpu", 16, 2, 1
         args.val_per_class, args.calib_images, args.attacks = 1, 8, "fgsm,pgd2"
         args.audit_batch, args.budget_s = 32, 60.0
+        args.compile = args.compile or "aot_eager"
+        args.workers = 2 if args.workers is None else args.workers
         args.data = with_options(args.data, per_class=3, test_per_class=2)
-        if args.precision != "fp32":  # robfair refuses emulated bf16/fp16 unless asked: the dry run checks the path
-            import os
-
+        if args.precision != "fp32":  # robfair refuses bf16/fp16 measured slower unless asked: the dry run checks the path
             os.environ.setdefault("ROBFAIR_EMULATED_PRECISION", "1")
     args.model = args.model or "preact-resnet18"
+    args.compile = args.compile or "inductor"
+    if args.workers is None:
+        args.workers = min(8, os.cpu_count() or 1)
     if args.probe is None:
         args.probe = "5" if args.dry_run else "1"
     return args
@@ -118,7 +142,81 @@ def config(args, data: str, out: Path | None, epochs: int, device: str) -> Train
                        weight_decay=5e-4, schedule="cosine", precision=args.precision, channels_last=True,
                        augment="crop-flip", val_per_class=args.val_per_class, val_attack="pgd10" if not args.dry_run
                        else "pgd2", select="avg+worst", seed=args.seed, device=device,
-                       out=None if out is None else str(out))
+                       compile=None if args.compile == "off" else args.compile, out=None if out is None else str(out))
+
+
+def epoch_flops(model: str, steps: int) -> dict:
+    """Model FLOPs per training image of a PGD-``steps`` AT epoch, counted by torch's FlopCounterMode on the
+    meta device (no compute): ``steps`` attack passes (forward + input gradient, parameters frozen) and one
+    training pass (forward + backward to every parameter), on one 3x32x32 image."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = create(model, 10, (3, 32, 32)).to("meta")
+    x = torch.empty(1, 3, 32, 32, device="meta", requires_grad=True)
+    y = torch.zeros(1, dtype=torch.long, device="meta")
+    net.eval().requires_grad_(False)
+    with FlopCounterMode(display=False) as fc:
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+    attack = fc.get_total_flops()
+    net.train().requires_grad_(True)
+    with FlopCounterMode(display=False) as fc:
+        torch.nn.functional.cross_entropy(net(x.detach()), y).backward()
+    step = fc.get_total_flops()
+    return {"model": model, "attack_step_flop": attack, "train_step_flop": step, "steps": steps,
+            "per_image_flop": steps * attack + step}
+
+
+def plan_lines(args, n_fit: int) -> tuple[list[str], dict]:
+    """The plan printed before anything runs: epochs, batch, PFLOP per epoch, the H200 target."""
+    ref = epoch_flops("preact-resnet18", 10)
+    ref_pflop = ref["per_image_flop"] * CIFAR10_TRAIN / 1e15
+    need = ref_pflop * 1e3 / H200_TARGET_S  # TFLOP/s
+    plan = {"reference": ref, "reference_pflop_per_epoch": ref_pflop, "h200_target_s": H200_TARGET_S,
+            "reference_tflops_needed": need}
+    epochs = f"{args.epochs} (--epochs)" if args.epochs is not None else \
+        f"fitted to the budget after a calibration epoch (--budget-s {args.budget_s:.0f}, at most {args.max_epochs})"
+    lines = [f"plan: {args.model} PGD-{args.steps} AT, epochs {epochs}, batch {args.batch}, {args.precision} autocast, "
+             f"channels_last, torch.compile {args.compile}, {args.workers} DataLoader workers, audit "
+             f"{args.attacks} + probe {args.probe}",
+             f"plan: PreAct-ResNet-18 PGD-10 AT on CIFAR-10 = {ref['per_image_flop'] / 1e9:.2f} GFLOP per image "
+             f"(10 x {ref['attack_step_flop'] / 1e9:.2f} attack + {ref['train_step_flop'] / 1e9:.2f} training step, "
+             f"FlopCounterMode) x {CIFAR10_TRAIN:,} = {ref_pflop:.3f} PFLOP per epoch; H200 target "
+             f"{H200_TARGET_S:.0f} s per epoch = {need:.0f} TFLOP/s sustained"]
+    if (args.model, args.steps) != ("preact-resnet18", 10):
+        own = epoch_flops(args.model, args.steps)
+        plan["this_run"] = dict(own, images=n_fit, pflop_per_epoch=own["per_image_flop"] * n_fit / 1e15)
+        lines.append(f"plan: {args.model} PGD-{args.steps} AT (this run's model and attack) = "
+                     f"{own['per_image_flop'] / 1e9:.3f} GFLOP per image, {plan['this_run']['pflop_per_epoch']:.4f} "
+                     f"PFLOP per epoch of CIFAR-10's {n_fit:,} training images")
+    return lines, plan
+
+
+def check_workers(data: str, workers: int) -> str | None:
+    """DataLoader workers decoding the archive's first JPEGs, compared with decoding them here (the path a
+    cold cache takes); None where the data is not the JPEG archive."""
+    name, root = parse_spec(data)
+    if name not in ("cifar10-jpeg", "cifar-10-jpeg"):
+        return None
+    t = time.perf_counter()
+    members = cifar_jpeg.read_members(cifar_jpeg.find_archive(root), limit=64)
+    there, here = cifar_jpeg.decode_members(members, workers), cifar_jpeg.decode_members(members, 0)
+    same = len(there) == len(here) and all(a[:3] == b[:3] and (a[3] == b[3]).all() for a, b in zip(there, here))
+    if not same:
+        raise RuntimeError(f"{workers} DataLoader workers decoded the archive's first {len(members)} JPEGs "
+                           "differently from this process")
+    return (f"preflight: {workers} DataLoader workers decoded the archive's first {len(members)} JPEGs, identical "
+            f"to in-process ({time.perf_counter() - t:.1f} s)")
+
+
+class _Captured(logging.Handler):
+    """The warnings of robfair.hardware (torch.compile's fallback, a precision run anyway) during the run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def sync(dev: torch.device) -> None:
@@ -152,6 +250,11 @@ def probe_verdict(rec: dict) -> str:
 def summary_md(args, info, table: pd.DataFrame, aggs: dict, timings: dict, warnings: list[str], probe: str) -> str:
     lines = [f"# GPU check: {args.model} PGD-AT on {args.data}", "",
              f"- hardware: {info['hardware']}; robfair {info['robfair']}",
+             *[f"- {line}" for line in info.get("plan_lines", [])],
+             f"- torch.compile ({args.compile}): {'used' if info.get('compile', {}).get('used') else 'not used'}"
+             + "".join(f"; {w}" for w in info.get("compile", {}).get("warnings", [])),
+             f"- {info['workers_check']}" if info.get("workers_check") else "- DataLoader workers: not checked "
+             "(not the JPEG archive)",
              f"- training: {info['epochs']} epochs (chosen: {info['epochs_reason']}), PGD-{args.steps} eps {args.eps}, "
              f"batch {args.batch}, {args.precision} autocast, channels_last, data on the device: {info['data_on_device']}",
              f"- audit: {args.attacks} in fp32 on {int(table['n'].sum())} test images (robust = worst case); probe: {probe}",
@@ -204,14 +307,29 @@ def main(argv=None) -> int:
             "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(), "hardware": describe(dev),
             "settings": vars(args).copy()}
     info["settings"]["out"] = str(args.out)
-    print(info["hardware"], flush=True)
+    print(f"# machine: {info['hardware']}", flush=True)
+    print("preflight: the speed probe (robfair.hardware, cached: " + str(hardware.cache_file(dev)) + ")"
+          if dev.type == "cpu" else "preflight: CUDA precision from torch's report", flush=True)
+    n_fit_full = CIFAR10_TRAIN - args.val_per_class * 10
+    lines, info["plan"] = plan_lines(args, n_fit_full)
+    info["plan_lines"] = lines
+    for line in lines:
+        print(line, flush=True)
+    captured = _Captured()
+    logging.getLogger("robfair.hardware").addHandler(captured)
 
     t = time.perf_counter()
     try:
-        train_ds, test_ds = load_dataset(args.data, "train"), load_dataset(args.data, "test")
+        jpeg = parse_spec(args.data)[0] in ("cifar10-jpeg", "cifar-10-jpeg")
+        spec = with_options(args.data, workers=args.workers) if jpeg else args.data
+        train_ds, test_ds = load_dataset(spec, "train"), load_dataset(spec, "test")
+        line = check_workers(args.data, args.workers)
     except RobfairError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if line:
+        print(line, flush=True)
+    info["workers_check"] = line
     timings["load_data_s"] = time.perf_counter() - t
     t = time.perf_counter()
     train_ds, test_ds = train_ds.to(dev), test_ds.to(dev)
@@ -225,16 +343,21 @@ def main(argv=None) -> int:
     cal = train_ds.subset(torch.randperm(len(train_ds), generator=torch.Generator().manual_seed(args.seed))[:n_cal])
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        cal_cfg = config(args, args.data, Path(tmp) / "cal", 1, str(dev)).model_copy(
+        # with torch.compile the first epoch pays the compilation: a second one gives the steady time per image
+        cal_epochs = 1 if args.compile == "off" else 2
+        cal_cfg = config(args, args.data, Path(tmp) / "cal", cal_epochs, str(dev)).model_copy(
             update={"val_per_class": 0, "select": "last"})
         cal_res = train(cal_cfg, train_data=cal)
     sync(dev)
     timings["calibration_s"] = time.perf_counter() - t
-    per_image = cal_res.history[0]["time"]["train_s"] / n_cal
+    per_image = cal_res.history[-1]["time"]["train_s"] / n_cal
+    # the training run compiles again (a new trainer): its first epoch pays what the calibration's first did
+    compile_s = max(0.0, cal_res.history[0]["time"]["train_s"] - cal_res.history[-1]["time"]["train_s"])
+    timings["compile_overhead_s"] = compile_s
     n_fit = len(train_ds) - args.val_per_class * train_ds.num_classes
     est_epoch = per_image * n_fit * 1.05  # + validation (~5%: PGD-10 on val_per_class images per class)
     reserve = max(60.0, 2.0 * est_epoch) + (60.0 if args.probe_on else 0.0)
-    left = args.budget_s - (time.perf_counter() - t_start) - reserve
+    left = args.budget_s - (time.perf_counter() - t_start) - reserve - compile_s
     if args.epochs is not None:
         epochs, reason = args.epochs, "--epochs"
     else:
@@ -252,6 +375,11 @@ def main(argv=None) -> int:
     timings["val_s_per_epoch"] = [h["time"]["val_s"] for h in res.history]
     timings["epochs"] = epochs
     print(f"trained {epochs} epochs in {timings['train_wall_s']:.1f} s (best epoch {res.best_epoch})", flush=True)
+    fell_back = [w for w in captured.lines if "torch.compile" in w]
+    info["compile"] = {"backend": args.compile, "used": args.compile != "off" and not fell_back,
+                       "warnings": fell_back}
+    print(f"torch.compile ({args.compile}): " + ("off" if args.compile == "off" else
+          f"fell back to eager: {fell_back[0]}" if fell_back else "the training step ran compiled"), flush=True)
 
     attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     kwargs = dict(attacks=attacks, eps=args.eps, batch_size=args.audit_batch, device=str(dev), seed=args.seed,

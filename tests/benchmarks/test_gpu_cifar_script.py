@@ -49,6 +49,16 @@ def test_dry_run_writes_consistent_outputs(tmp_path, monkeypatch, capsys):
     # fp32 keeps the test quick (bf16 autocast is ~20x slower on this CPU); CI runs the bf16 dry run
     argv = ["--dry-run", "--data", f"cifar10-jpeg:{archive}", "--out", str(out), "--precision", "fp32"]
     assert gpu.main(argv) == 0
+    printed = capsys.readouterr().out
+    # the plan: the reference epoch's FLOPs as counted, the 15 s H200 target and the throughput it needs
+    ref = gpu.epoch_flops("preact-resnet18", 10)
+    pflop = ref["per_image_flop"] * 50_000 / 1e15
+    assert 1.2 < pflop < 1.35  # 10 x (forward + input gradient) + forward + backward, 1.11 GFLOP a forward
+    assert f"= {pflop:.3f} PFLOP per epoch; H200 target 15 s per epoch = {pflop * 1e3 / 15:.0f} TFLOP/s" in printed
+    assert "plan: cifar-cnn PGD-2 AT, epochs" in printed and "batch 16, fp32 autocast" in printed
+    # every path of the GPU run went through: the workers' decode, the compiled step, the audit with its probe
+    assert "2 DataLoader workers decoded the archive's first 50 JPEGs, identical" in printed
+    assert "torch.compile (aot_eager): the training step ran compiled" in printed
     for name in ("summary.md", "per_class.csv", "aggregates.json", "audit.json", "outcomes.npz", "timings.json", "info.json",
                  "train/metrics.jsonl", "train/checkpoints/best.pt"):
         assert (out / name).is_file(), name
@@ -65,6 +75,9 @@ def test_dry_run_writes_consistent_outputs(tmp_path, monkeypatch, capsys):
     assert timings["total_s"] >= timings["train_wall_s"] + timings["audit_s"]
     info = json.loads((out / "info.json").read_text())
     assert info["n_train"] == 30 and info["n_test"] == 20 and info["settings"]["model"] == "cifar-cnn"
+    assert info["compile"] == {"backend": "aot_eager", "used": True, "warnings": []}
+    assert info["plan"]["reference_pflop_per_epoch"] == pytest.approx(pflop) and info["plan"]["h200_target_s"] == 15
+    assert isinstance(audit.get("probe"), dict) or (out / "probe.json").is_file()  # the audit ran with the probe
     summary = (out / "summary.md").read_text()
     assert "| automobile | 2 |" in summary and "93 / 67" in summary and "lossy" in summary
     # an output folder holding results is refused (exit 2), nothing in it is touched

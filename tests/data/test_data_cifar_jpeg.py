@@ -164,9 +164,9 @@ class CountDecodes:
         self.calls = 0
         real = cifar_jpeg.decode_archive
 
-        def counted(path):
+        def counted(path, workers=0):
             self.calls += 1
-            return real(path)
+            return real(path, workers)
 
         monkeypatch.setattr(cifar_jpeg, "decode_archive", counted)
 
@@ -288,3 +288,21 @@ def test_listed_by_robfair_datasets():
 
     row = next(r for r in describe_datasets() if r.name == "cifar10-jpeg")
     assert "lossy" in row.description and "per_class=" in row.formats
+
+
+def test_decoding_in_dataloader_workers_gives_the_same_arrays(tmp_path, cache):
+    """workers=N decodes in DataLoader worker processes (the GPU script's first load): same pixels, same order."""
+    arch = tmp_path / "w" / cifar_jpeg.ARCHIVE
+    arch.parent.mkdir()
+    members = synthetic(arch, classes=("cat", "dog", "frog"), n_train=5, n_test=3)
+    here = cifar_jpeg.decode_archive(arch)
+    there = cifar_jpeg.decode_archive(arch, workers=2)
+    assert here["classes"] == there["classes"] == ["cat", "dog", "frog"]
+    for split in ("train", "test"):
+        assert np.array_equal(here[split][0], there[split][0]) and np.array_equal(here[split][1], there[split][1])
+    first = cifar_jpeg.read_members(arch, limit=4)
+    assert len(first) == 4 and all(data == members[where.split(":", 1)[1]] for *_, data, where in first)
+    ds = load_dataset(f"cifar10-jpeg:{arch},workers=2", "test")
+    assert torch.equal(ds.x, torch.from_numpy(here["test"][0]))
+    with pytest.raises(DataError, match="workers=-1 must be >= 0"):
+        load_dataset(f"cifar10-jpeg:{arch},workers=-1", "test")

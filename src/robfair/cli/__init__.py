@@ -55,6 +55,7 @@ from . import study as _study  # noqa: F401,E402
 from . import theory as _theory  # noqa: F401,E402
 from . import certify as _certify  # noqa: F401,E402
 from . import leaderboard as _leaderboard  # noqa: F401,E402
+from . import doctor as _doctor  # noqa: F401,E402
 
 __all__ = ["app", "main", "error_line"]
 

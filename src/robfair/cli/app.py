@@ -40,16 +40,24 @@ def resume_from(path: Path | None) -> None:
     RESUME_FROM[:] = [] if path is None else [Path(path)]
 
 
+def versions_line() -> str:
+    """robfair's, torch's and Python's versions, read from the installed packages' metadata (no torch
+    import: ``robfair --version`` stays instant)."""
+    import importlib.metadata as md
+    import platform
+
+    from .. import __version__
+
+    try:
+        torch_version = md.version("torch")
+    except md.PackageNotFoundError:
+        torch_version = "not installed"
+    return f"robfair {__version__} (torch {torch_version}, Python {platform.python_version()})"
+
+
 def _version(value: bool) -> None:
     if value:
-        import platform
-
-        import torch
-
-        from .. import __version__
-
-        console.print(f"robfair {__version__} (torch {torch.__version__}, Python {platform.python_version()})",
-                      highlight=False)
+        console.print(versions_line(), highlight=False)
         raise typer.Exit()
 
 

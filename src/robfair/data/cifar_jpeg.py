@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch.utils.data as tud
 
 from ..errors import DataError
 from ..utils import atomic_path
@@ -159,33 +160,56 @@ def decode_jpeg(data: bytes, where: str) -> np.ndarray:
     return np.ascontiguousarray(a.transpose(2, 0, 1))
 
 
-def decode_archive(path: Path) -> dict[str, Any]:
-    """Both splits of the archive: ``{"classes": [...], "train": (x, y), "test": (x, y)}``, images in
-    class order and, within a class, in file-name order."""
-    found: dict[str, dict[str, list[tuple[str, np.ndarray]]]] = {s: {} for s in SPLITS}
-    shape = None
+def _decode_batch(items: list[tuple[str, str, str, bytes, str]]) -> list[tuple[str, str, str, np.ndarray]]:
+    """A DataLoader worker's share: (split, class, file name, pixels) of each (split, class, name, bytes, where)."""
+    return [(split, cls, fname, decode_jpeg(data, where)) for split, cls, fname, data, where in items]
+
+
+def read_members(path: Path, limit: int | None = None) -> list[tuple[str, str, str, bytes, str]]:
+    """The archive's images as (split, class, file name, JPEG bytes, where), in archive order (``limit``: the first)."""
+    out: list[tuple[str, str, str, bytes, str]] = []
     try:
         with tarfile.open(path, "r:*") as tar:
             for m in tar:
+                if limit is not None and len(out) >= limit:
+                    break
                 if not m.isfile():
                     continue
                 match = _MEMBER.match(m.name)
                 if match is None:
                     continue
-                split, cls, fname = match.group(1).lower(), match.group(2), match.group(3)
                 f = tar.extractfile(m)
                 if f is None:
                     continue
-                a = decode_jpeg(f.read(), f"{path.name}:{m.name}")
-                if shape is None:
-                    shape = a.shape
-                elif a.shape != shape:
-                    raise DataError(f"{NAME}: {m.name} is {a.shape[2]}x{a.shape[1]} but the other images are "
-                                    f"{shape[2]}x{shape[1]}; this is not the CIFAR-10 JPEG export")
-                found[split].setdefault(cls, []).append((fname, a))
+                out.append((match.group(1).lower(), match.group(2), match.group(3), f.read(), f"{path.name}:{m.name}"))
     except (tarfile.TarError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"{NAME}: {path} is not a readable tar archive ({type(e).__name__}: {e}); "
                         "copy it again") from None
+    return out
+
+
+def decode_members(members: list[tuple[str, str, str, bytes, str]], workers: int = 0) -> list[tuple[str, str, str, np.ndarray]]:
+    """Decode :func:`read_members`' images, in ``workers`` DataLoader worker processes (0: here), in order."""
+    if workers <= 0 or len(members) < 2:
+        return _decode_batch(members)
+    chunk = max(1, min(1024, -(-len(members) // (4 * workers))))
+    loader = tud.DataLoader(members, batch_size=chunk, num_workers=workers, collate_fn=_decode_batch)
+    return [item for part in loader for item in part]
+
+
+def decode_archive(path: Path, workers: int = 0) -> dict[str, Any]:
+    """Both splits of the archive: ``{"classes": [...], "train": (x, y), "test": (x, y)}``, images in
+    class order and, within a class, in file-name order (``workers``: DataLoader worker processes that
+    decode the JPEGs; 0: this process)."""
+    found: dict[str, dict[str, list[tuple[str, np.ndarray]]]] = {s: {} for s in SPLITS}
+    shape = None
+    for split, cls, fname, a in decode_members(read_members(path), workers):
+        if shape is None:
+            shape = a.shape
+        elif a.shape != shape:
+            raise DataError(f"{NAME}: {cls}/{fname} is {a.shape[2]}x{a.shape[1]} but the other images are "
+                            f"{shape[2]}x{shape[1]}; this is not the CIFAR-10 JPEG export")
+        found[split].setdefault(cls, []).append((fname, a))
     missing = [s for s in SPLITS if not found[s]]
     if missing:
         raise DataError(f"{NAME}: {path} has no {' or '.join(missing)} images; expected "
@@ -240,8 +264,9 @@ def _write_cache(path: Path, key: dict[str, Any], x: np.ndarray, y: np.ndarray, 
         log.warning("%s: could not write the cache %s (%s); the archive will be decoded again next time", NAME, path, e)
 
 
-def load_arrays(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(x uint8 (N, 3, 32, 32), y int64 (N,), classes) of ``split``, from the cache or decoded now."""
+def load_arrays(archive: Path, split: str, workers: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(x uint8 (N, 3, 32, 32), y int64 (N,), classes) of ``split``, from the cache or decoded now (by
+    ``workers`` DataLoader worker processes)."""
     md5 = file_md5(archive)
     _check_md5sums(archive, md5)
     key = cache_key(md5, archive.stat().st_size)
@@ -249,7 +274,7 @@ def load_arrays(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray, list
     if hit is not None:
         return hit
     log.info("%s: decoding %s once (cached under %s)", NAME, archive, cache_path(key, split).parent)
-    decoded = decode_archive(archive)
+    decoded = decode_archive(archive, workers)
     for s in SPLITS:
         _write_cache(cache_path(key, s), key, *decoded[s], decoded["classes"])
     return (*decoded[split], decoded["classes"])
@@ -272,10 +297,12 @@ def check_subset(y: np.ndarray, *, per_class: int | None, limit: int | None, cla
 
 @register_dataset(NAME, help="CIFAR-10 as JPEG (quality 75, lossy at the scale of eps), read from the archive, "
                   "decoded once and cached", location=f"${ENV_PATH}, ~/.robfair/data/{NAME}, shared/data/",
-                  formats=f"{ARCHIVE}; options per_class=, limit=, seed= (or sample_seed=), test_per_class=, test_limit=",
+                  formats=f"{ARCHIVE}; options per_class=, limit=, seed= (or sample_seed=), test_per_class=, test_limit=, "
+                  "workers= (DataLoader processes decoding it the first time)",
                   aliases=("cifar-10-jpeg",))
 def load_cifar10_jpeg(root: Path | None, split: str, *, per_class: Any = None, limit: Any = None, seed: Any = None,
-                      sample_seed: Any = None, test_per_class: Any = None, test_limit: Any = None) -> Dataset:
+                      sample_seed: Any = None, test_per_class: Any = None, test_limit: Any = None,
+                      workers: Any = None) -> Dataset:
     """CIFAR-10 (JPEG export) from the archive at PATH or a default location (see the module docstring).
     ``sample_seed`` (the name every dataset's subset seed has) is the same as ``seed``."""
     if seed is not None and sample_seed is not None:
@@ -286,6 +313,7 @@ def load_cifar10_jpeg(root: Path | None, split: str, *, per_class: Any = None, l
     pc = option_int(per_class, "per_class", minimum=1) if per_class is not None else None
     lim = option_int(limit, "limit", minimum=1) if limit is not None else None
     s = option_int(seed, "seed") if seed is not None else 0
-    x, y, classes = load_arrays(find_archive(root), split)
+    w = option_int(workers, "workers", minimum=0) if workers is not None else 0
+    x, y, classes = load_arrays(find_archive(root), split, w)
     check_subset(y, per_class=pc, limit=lim, classes=classes)
     return subsample(Dataset(x=x, y=y, classes=classes, name=NAME), limit=lim, per_class=pc, seed=s)

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 RUN_SCHEMA = "robfair.run/1"
 #: TrainConfig keys that do not change what a run computes (excluded from the config hash)
-HASH_FREE_KEYS = ("resume", "device", "out")
+HASH_FREE_KEYS = ("resume", "device", "out", "compile")
 #: TrainConfig keys of the final audit that a study sets in its audit block (never in base, grid or variants):
 #: left out of a run's train settings, filled in from its audit settings by RunSpec.train_config
 AUDIT_TRAIN_KEYS = ("probe", "probe_tolerance")

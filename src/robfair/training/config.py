@@ -118,6 +118,10 @@ class TrainConfig(BaseModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     channels_last: bool | None = Field(
         None, description="channels_last memory format; None: on for models with 2-D convolutions")
+    compile: str | None = Field(
+        None, description="torch.compile backend for the training step's forward passes ('inductor'; 'aot_eager' "
+                          "traces without generating code); None: eager. Guarded: where this torch has no compile "
+                          "or compiling fails, the run goes on eager with one warning; not in the config hash")
     augment: Literal["none", "crop-flip"] = "none"
     crop_padding: int = Field(4, ge=0, description="crop-flip: zero padding before the random crop")
 

@@ -46,7 +46,7 @@ from ..audit.engine import evaluate
 from ..data.augment import random_crop_flip
 from ..errors import ConfigError
 from ..hardware import channels_last as to_channels_last
-from ..hardware import check_precision, wants_channels_last
+from ..hardware import GuardedCompile, check_precision, wants_channels_last
 from ..metrics import GroupReport
 from ..models import save_checkpoint
 from ..models.checkpoint import read_checkpoint
@@ -152,6 +152,8 @@ class Trainer:
         fmt = torch.channels_last if self.channels_last else torch.preserve_format
         self.raw_model = model.to(self.device, memory_format=fmt)
         self.model = D.wrap(self.raw_model, self.dist, self.device)
+        #: what the training step runs (the attack's passes and the loss): torch.compile'd when cfg.compile
+        self.step_model = GuardedCompile(self.model, cfg.compile) if cfg.compile else self.model
         self.train_ds = train.place(self.device)
         self.val_ds = None
         if val is not None:
@@ -421,7 +423,7 @@ class Trainer:
             if self.channels_last:
                 x = to_channels_last(x)
             with self._autocast():
-                loss = self.method.loss(self.model, x, y, g, ctx)
+                loss = self.method.loss(self.step_model, x, y, g, ctx)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
