@@ -472,7 +472,9 @@ def _message_lines(err: str) -> list[str]:
 def test_train_ctrl_c_exits_130_with_the_resume_command(tmp_path, capsys):
     run = tmp_path / "run"
     proc = _start(_train_argv(run, 12))
-    _wait_for(lambda: len(_epochs(run)) >= 1, proc)
+    # an epoch's metrics line is written before its last.pt: wait for both, or the interrupt rightly says
+    # there is no checkpoint yet (a timing race of the test, not of the trainer)
+    _wait_for(lambda: len(_epochs(run)) >= 1 and (run / "checkpoints" / "last.pt").is_file(), proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     lines = _message_lines(err)
