@@ -38,6 +38,7 @@ def test_fp16_measured_slower_is_refused_in_one_line(tmp_path, capsys, monkeypat
                             "--bootstrap", "0", "--device", "cpu", "--precision", "fp16", "--out", out], capsys)
     line = one_line(err)
     assert code == 2 and "fp16 is not native here (measured 0.50x fp32's speed, not faster)" in line and "fp32" in line.split(";")[-1]
+    assert line.startswith("error: --precision fp16") and "use --precision fp32" in line  # the CLI's option names
     assert hardware.EMULATION_ENV in line and not out.exists() and sorted(os.listdir(tmp_path)) == ["m.pt"]
 
 

@@ -351,8 +351,8 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
     from ..audit.engine import outcomes_path
     from ..audit.examples import examples_path
     from ..audit.eps_sweep import parse_eps_range
+    from ..hardware import check_precision
     from ..report.text import print_audit
-
     from ..utils import check_image_eps, resolve_device
 
     main_rank = dist is None or dist.is_main
@@ -376,7 +376,7 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
                 taken += [outcomes_path(out_path).resolve(), examples_path(out_path).resolve()]
             if state_path.resolve() in taken:
                 raise ConfigError(f"--autoattack-state {state_path} is also an output of the audit; give it its own name")
-        resolve_device(device)
+        check_precision(precision, resolve_device(device))  # the CLI's own option name, before the model is read
         sweep_values = parse_eps_range(eps_sweep) if eps_sweep is not None else None
         if sweep_values:
             check_image_eps(max(sweep_values), attack, allow_large=allow_large_eps, what="--eps-sweep")
