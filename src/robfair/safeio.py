@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import fcntl
 import glob
 import hashlib
@@ -35,12 +34,9 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
-import stat
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -49,7 +45,7 @@ import yaml
 
 from .errors import ConfigError, RobfairError, WriteError
 from .runfolder import CHECKPOINTS_DIR, RUN_FILES, RUN_MARKERS, holds_results, is_run_folder, is_study_folder
-from .utils import _umask, input_file, names_output
+from .utils import _umask, input_file, names_output, signals_held
 
 __all__ = ["input_file", "read_bytes_capped", "read_text_capped", "read_json", "yaml_loads", "load_yaml",
            "check_output_file", "check_output_dir", "claim_outputs", "release_claims", "Claim", "ResultSet",
@@ -474,19 +470,6 @@ def matches_digest(path: str | os.PathLike, record: Any) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (main thread; elsewhere nothing to hold)."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 class ResultSet:
     """The files of one result, written whole or not at all (docs/architecture.md, "Nothing is lost").
 
@@ -594,7 +577,7 @@ class ResultSet:
         the paths written."""
         order = [i for i in self._items if not i[3]] + [i for i in self._items if i[3]]
         done: list[tuple[str, Path, Path | None, bool]] = []
-        with _signals_held():
+        with signals_held():
             try:
                 for kind, final, staged, _ in order:
                     try:

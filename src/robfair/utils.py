@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -11,9 +12,11 @@ import math
 import operator
 import os
 import random
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -161,22 +164,62 @@ def tune_allocator() -> bool:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path`` (atomic on POSIX).
     On error the temporary file is removed and ``path`` is untouched; an OS error of the write (a
-    full disk, a file-size limit, an I/O error) is a :class:`~robfair.errors.WriteError` naming ``path``."""
+    full disk, a file-size limit, an I/O error) is a :class:`~robfair.errors.WriteError` naming ``path``.
+    A Ctrl-C that lands where no ``finally`` can catch it (between ``mkstemp`` and the ``try``, or in
+    the context manager's own exit) still leaves nothing: the file is made with signals held and
+    registered, and :func:`remove_live_temps` (at exit, and the CLI's boundary) removes what is left."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with names_output(path, path.parent / f".{path.name}."):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with signals_held():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            tmp_path = Path(tmp)
+            _LIVE_TEMPS.add(tmp_path)
         try:  # mkstemp creates 0600; the result must honour the umask like any other new file
             os.fchmod(fd, 0o666 & ~_umask())
         finally:
             os.close(fd)
-        tmp_path = Path(tmp)
         try:
             yield tmp_path
             os.replace(tmp_path, path)
         finally:
-            if tmp_path.exists():
-                tmp_path.unlink()
+            with signals_held():
+                if tmp_path.exists():
+                    tmp_path.unlink()
+                _LIVE_TEMPS.discard(tmp_path)
+
+
+#: the temporary files of :func:`atomic_path` still being written by this process
+_LIVE_TEMPS: set[Path] = set()
+
+
+def remove_live_temps() -> None:
+    """Remove the temporary files of :func:`atomic_path` this process has not finished (an interrupt
+    that landed outside their ``finally``); run at exit and by the CLI's boundary."""
+    for p in list(_LIVE_TEMPS):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+        _LIVE_TEMPS.discard(p)
+
+
+atexit.register(remove_live_temps)
+if hasattr(os, "register_at_fork"):  # a forked worker's copies are its parent's files, not its own
+    os.register_at_fork(after_in_child=_LIVE_TEMPS.clear)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (main thread; elsewhere nothing to hold)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager

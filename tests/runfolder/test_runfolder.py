@@ -106,3 +106,22 @@ def test_run_file_names_are_spelled_once(module):
         code_lines = [ln for ln in src.splitlines() if name in ln and not ln.lstrip().startswith(("#", '"""'))
                       and "``" not in ln]
         assert not code_lines, f"{module} spells {name}: {code_lines[0].strip()}"
+
+
+def test_an_atomic_write_cut_where_its_finally_cannot_run_leaves_no_temporary(tmp_path):
+    """A Ctrl-C can land where the writer's own clean-up does not run (in the context manager's exit,
+    before it resumes the generator): the temporary is registered and remove_live_temps (at exit, and
+    the CLI's boundary) removes it; a finished write leaves nothing registered."""
+    from robfair import utils
+
+    target = tmp_path / "best.pt"
+    with utils.atomic_path(target) as tmp:
+        tmp.write_text("done")
+    assert target.read_text() == "done" and not utils._LIVE_TEMPS
+    cm = utils.atomic_path(target)
+    tmp = cm.__enter__()  # the body ran; the exit that would rename or remove it never comes
+    tmp.write_text("half")
+    assert tmp.exists() and tmp in utils._LIVE_TEMPS
+    utils.remove_live_temps()
+    assert not tmp.exists() and not utils._LIVE_TEMPS
+    assert target.read_text() == "done" and sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]

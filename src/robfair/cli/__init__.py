@@ -46,7 +46,7 @@ from rich.markup import escape
 
 from ..errors import RobfairError, os_fix
 from ..safeio import release_claims
-from ..utils import tune_allocator
+from ..utils import remove_live_temps, tune_allocator
 from .app import RESUME_FROM, app, err_console
 
 # Command modules register themselves on `app` when imported.
@@ -249,6 +249,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                  "please report it with that file", kind="internal")
             code = EXIT_BUG
     finally:
+        remove_live_temps()  # an atomic write an interrupt cut where its own clean-up could not run
         release_claims()  # the outputs this command claimed (lock files; a folder made for one and left empty)
         if in_main:  # after an interrupt, further presses must not turn the exit into a traceback
             signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt.hit else old_handler)
