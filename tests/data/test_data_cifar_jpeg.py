@@ -271,11 +271,19 @@ def test_damaged_copy_is_caught_by_md5sums(tmp_path):
 def test_bad_subset_options(tmp_path):
     path = tmp_path / "cifar10-jpeg.tar.gz"
     synthetic(path)
-    with pytest.raises(DataError, match=r"per_class=5 but class cat \(3\), dog \(3\) has fewer images; lower per_class to at most 3"):
+    with pytest.raises(DataError, match=r"per_class=5 but the train split's class cat \(3\), dog \(3\) has fewer images; "
+                                        r"lower per_class to at most 3"):
         load_dataset(f"cifar10-jpeg:{path},per_class=5", "train")
+    # the test split takes per_class too when no test_per_class is given: the refusal names that option
+    assert len(load_dataset(f"cifar10-jpeg:{path},per_class=3,test_per_class=2", "test")) == 4
+    with pytest.raises(DataError, match=r"per_class=3 applies to the test split too, which has 2 images per class; "
+                                        r"add test_per_class=2 \(all of them\)"):
+        load_dataset(f"cifar10-jpeg:{path},per_class=3", "test")
+    with pytest.raises(DataError, match=r"limit=5 but the test split has 4 images; add test_limit=4"):
+        load_dataset(f"cifar10-jpeg:{path},limit=5", "test")
     with pytest.raises(DataError, match="per_class and limit are both given"):
         load_dataset(f"cifar10-jpeg:{path},per_class=1,limit=2", "train")
-    with pytest.raises(DataError, match="limit=9 but the split has 6 images"):
+    with pytest.raises(DataError, match="limit=9 but the train split has 6 images; lower limit"):
         load_dataset(f"cifar10-jpeg:{path},limit=9", "train")
     with pytest.raises(DataError, match="per_class=0 must be >= 1"):
         load_dataset(f"cifar10-jpeg:{path},per_class=0", "train")

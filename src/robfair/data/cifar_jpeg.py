@@ -281,18 +281,26 @@ def load_arrays(archive: Path, split: str, workers: int = 0) -> tuple[np.ndarray
 
 
 # ---------------------------------------------------------------- subsets
-def check_subset(y: np.ndarray, *, per_class: int | None, limit: int | None, classes: list[str]) -> None:
-    """Refuse a subset this split cannot give (the draw itself is :func:`robfair.data.coerce.subsample`)."""
+def check_subset(y: np.ndarray, *, per_class: int | None, limit: int | None, classes: list[str],
+                 split: str = "train", inherited: bool = False) -> None:
+    """Refuse a subset this split cannot give (the draw itself is :func:`robfair.data.coerce.subsample`).
+    ``inherited``: the test split took the training split's ``per_class`` / ``limit`` (no ``test_*``
+    option given), so the refusal names ``test_per_class`` / ``test_limit`` as the fix."""
     if per_class is not None and limit is not None:
         raise DataError(f"{NAME}: per_class and limit are both given; give one of them")
     counts = np.bincount(y, minlength=len(classes))
     if per_class is not None:
         short = [f"{classes[c]} ({int(counts[c])})" for c in range(len(classes)) if counts[c] < per_class]
+        if short and inherited:
+            raise DataError(f"{NAME}: per_class={per_class} applies to the {split} split too, which has "
+                            f"{int(counts.min())} images per class; add test_per_class={int(counts.min())} "
+                            "(all of them) or a smaller test_per_class")
         if short:
-            raise DataError(f"{NAME}: per_class={per_class} but class {', '.join(short)} has fewer images; "
-                            f"lower per_class to at most {int(counts.min())}")
+            raise DataError(f"{NAME}: per_class={per_class} but the {split} split's class {', '.join(short)} has "
+                            f"fewer images; lower per_class to at most {int(counts.min())}")
     if limit is not None and limit > y.size:
-        raise DataError(f"{NAME}: limit={limit} but the split has {y.size} images; lower limit")
+        fix = (f"add test_limit={y.size} (all of it) or a smaller test_limit" if inherited else "lower limit")
+        raise DataError(f"{NAME}: limit={limit} but the {split} split has {y.size} images; {fix}")
 
 
 @register_dataset(NAME, help="CIFAR-10 as JPEG (quality 75, lossy at the scale of eps), read from the archive, "
@@ -308,12 +316,14 @@ def load_cifar10_jpeg(root: Path | None, split: str, *, per_class: Any = None, l
     if seed is not None and sample_seed is not None:
         raise DataError(f"{NAME}: seed and sample_seed are the same option; give one of them")
     seed = seed if seed is not None else sample_seed
-    if split == "test" and (test_per_class is not None or test_limit is not None):
+    inherited = split == "test" and test_per_class is None and test_limit is None
+    if split == "test" and not inherited:
         per_class, limit = test_per_class, test_limit
     pc = option_int(per_class, "per_class", minimum=1) if per_class is not None else None
     lim = option_int(limit, "limit", minimum=1) if limit is not None else None
     s = option_int(seed, "seed") if seed is not None else 0
     w = option_int(workers, "workers", minimum=0) if workers is not None else 0
     x, y, classes = load_arrays(find_archive(root), split, w)
-    check_subset(y, per_class=pc, limit=lim, classes=classes)
+    check_subset(y, per_class=pc, limit=lim, classes=classes, split=split,
+                 inherited=inherited and (pc is not None or lim is not None))
     return subsample(Dataset(x=x, y=y, classes=classes, name=NAME), limit=lim, per_class=pc, seed=s)
