@@ -35,6 +35,9 @@ _LAZY = {
     "load_checkpoint": ("robfair.models", "load_checkpoint"),
     "get_attack": ("robfair.attacks", "get_attack"),
     "RobfairError": ("robfair.errors", "RobfairError"),
+    "fix": ("robfair.experiments.fix", "fix"),
+    "train": ("robfair.training", "train"),
+    "TrainConfig": ("robfair.training", "TrainConfig"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -136,6 +136,10 @@ def is_run_folder(path: str | os.PathLike) -> bool:
     return RunFolder(path).is_run()
 
 
+#: the report of a fix folder (``robfair fix``: before/, train/, fix.json, fix.md)
+FIX_REPORT = "fix.json"
+
+
 def holds_results(path: str | os.PathLike) -> bool:
     """A folder with a run's, a study's or a demo's results in it. A run folder whose first epoch
     never finished (config.yaml, an empty checkpoints/) holds none: it may be started again."""
@@ -147,7 +151,10 @@ def holds_results(path: str | os.PathLike) -> bool:
         return True
     if run.is_run() and run.finished_an_epoch():
         return True
-    return any(holds_results(p / sub) for sub in ("st", "at") if (p / sub).is_dir())  # a demo folder
+    if (p / FIX_REPORT).exists():
+        return True
+    # a demo folder (st/, at/) or a fix folder (before/, train/: robfair fix)
+    return any(holds_results(p / sub) for sub in ("st", "at", "before", "train") if (p / sub).is_dir())
 
 
 # ================================================================================ the run folder

@@ -56,6 +56,7 @@ from . import theory as _theory  # noqa: F401,E402
 from . import certify as _certify  # noqa: F401,E402
 from . import leaderboard as _leaderboard  # noqa: F401,E402
 from . import doctor as _doctor  # noqa: F401,E402
+from . import fix as _fix  # noqa: F401,E402
 
 __all__ = ["app", "main", "error_line"]
 

@@ -194,7 +194,6 @@ def compare(
     if len(name) > len(runs):
         raise ConfigError(f"{len(name)} --name values for {len(runs)} runs; give at most one name per run, in order")
     from ..experiments.compare import unique_labels
-    from ..report.text import fit_table
 
     loaded: dict[str, Any] = {}
     for label, p in zip(unique_labels(runs, name), runs):
@@ -203,15 +202,7 @@ def compare(
     for note in cmp.notes:  # runs on other samples, older files: said before the numbers
         console.print(f"note: {term(note)}", highlight=False, soft_wrap=True)
     tables = cmp.tables()
-    for t in tables:
-        rt = RichTable(title=term(t.title), title_justify="left", show_edge=False, pad_edge=False)
-        for i, c in enumerate(t.columns):
-            rt.add_column(term(c), justify="left" if i == 0 else "right")
-        for row, em, gd in zip(t.rows, t.emph, t.good):
-            rt.add_row(*[f"[bold red]{term(c)}[/bold red]" if e else (f"[bold green]{term(c)}[/bold green]" if g else term(c))
-                         for c, e, g in zip(row, em, gd)])
-        console.print(fit_table(console, rt))
-        console.print(f"[dim]{term(t.note)} Red: worse beyond the noise, green: better.[/dim]", highlight=False)
+    print_tables(tables)
     if out is not None:
         suffix = out.suffix.lower()
         if suffix == ".json":
@@ -222,6 +213,22 @@ def compare(
             with atomic_path(out) as tmp:
                 tmp.write_text(text)
         console.print(f"wrote {term(out)}", highlight=False)
+
+
+def print_tables(tables: Any) -> None:
+    """Tables (robfair.report.tables.Table) on the console, fitted to its width; worse beyond the noise
+    in red, better in green (compare's and fix's tables)."""
+    from ..report.text import fit_table
+
+    for t in tables:
+        rt = RichTable(title=term(t.title), title_justify="left", show_edge=False, pad_edge=False)
+        for i, c in enumerate(t.columns):
+            rt.add_column(term(c), justify="left" if i == 0 else "right")
+        for row, em, gd in zip(t.rows, t.emph, t.good):
+            rt.add_row(*[f"[bold red]{term(c)}[/bold red]" if e else (f"[bold green]{term(c)}[/bold green]" if g else term(c))
+                         for c, e, g in zip(row, em, gd)])
+        console.print(fit_table(console, rt))
+        console.print(f"[dim]{term(t.note)} Red: worse beyond the noise, green: better.[/dim]", highlight=False)
 
 
 def _tidy_csv(cmp: Any) -> str:

@@ -105,7 +105,7 @@ class FAAL(Method):
         self._batches = 0
 
     def on_train_start(self, ctx: TrainContext) -> None:
-        if not ctx.cfg.init:
+        if not ctx.cfg.init and not ctx.cfg.model_file:  # a model file is its own starting point
             log.warning("faal fine-tunes a robust model (two epochs in the paper) but the config names no init "
                         "checkpoint; set init (--init) to a PGD-AT or TRADES model")
 

@@ -220,7 +220,7 @@ class FRL(TRADES):
         if str(ctx.cfg.val_attack).lower() == "none":
             raise ConfigError(f"{self.name} steps its multipliers on validation boundary / robust errors but "
                               "val_attack is 'none'; set val_attack: pgd20")
-        if not self.options.pretrain_epochs and not ctx.cfg.init:
+        if not self.options.pretrain_epochs and not ctx.cfg.init and not ctx.cfg.model_file:  # a model file is its start
             log.warning("%s fine-tunes but the config names no init checkpoint: set init (--init) to a TRADES / "
                         "PGD-AT model, or pretrain_epochs to train from scratch", self.name)
         inner = getattr(ctx.attack, "attack", ctx.attack)
