@@ -11,7 +11,6 @@ import json
 import math
 import operator
 import os
-import random
 import signal
 import stat
 import sys

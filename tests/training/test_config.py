@@ -132,3 +132,18 @@ def test_yaml_round_trip_with_run_info(tmp_path):
         load_config(p)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_the_trainer_object_refuses_a_robust_selection_of_standard_training(tmp_path):
+    """Trainer(...) built by hand (not through train()) guards a new run's selection too."""
+    from robfair.data import load_dataset, stratified_split
+    from robfair.models import create
+    from robfair.training import Trainer
+
+    full = load_dataset("digits", "train")
+    tr, va = stratified_split(full.y, 10, 0, classes=full.classes)
+    model = create("mlp", 10, full.in_shape)
+    cfg = TrainConfig(method="standard", select="worst-rob", epochs=1, device="cpu", out=str(tmp_path / "r"))
+    with pytest.raises(ConfigError, match="trains on no attack"):
+        Trainer(model, full.subset(tr), full.subset(va), None, cfg)
+    assert not (tmp_path / "r").exists()

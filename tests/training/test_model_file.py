@@ -231,3 +231,40 @@ def test_the_python_api_takes_a_class_free_config(user_weights, tmp_path):
         from robfair.training import train
 
         train(TrainConfig(model=str(user_weights[0]), epochs=1, out=str(tmp_path / "r")))
+
+
+class Faulty(UserNet):
+    """A user's model whose forward breaks on its 40th training batch (as a shape bug in a rare branch would)."""
+
+    calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            type(self).calls += 1
+            if type(self).calls == 40:
+                raise ValueError("a bug in the user's forward")
+        return super().forward(x)
+
+
+def test_a_fault_in_the_users_forward_mid_training_is_their_error_in_one_line(tmp_path, capsys):
+    """Issue 22: a model file whose forward raises during training ends in one line naming the model and
+    its exception as the user's (exit 2), not robfair's 'internal error'; its class and state dict keys
+    stay the user's while robfair guards it; the run resumes from its last checkpoint."""
+    from robfair.models.validate import guard_training
+
+    net = UserNet(width=6)
+    keys = list(net.state_dict())
+    guarded = guard_training(net)
+    assert guarded is net and type(net).__name__ == "UserNet" and isinstance(net, UserNet)
+    assert list(net.state_dict()) == keys and guard_training(net) is net  # once
+    torch.save(Faulty(width=6).state_dict(), tmp_path / "w.pt")
+    out = tmp_path / "run"
+    Faulty.calls = 0
+    code, _, err = run_cli(["train", "--model", tmp_path / "w.pt", "--arch", f"{HERE}:Faulty", "--arch-kwargs",
+                            "{width: 6}", "--data", "digits", "--method", "pgd-at", "--epochs", "3", "--batch-size", "64",
+                            "--set", "attack_options={steps: 1}", "--set", "val_per_class=10", "--device", "cpu",
+                            "--audit-attack", "none", "--out", out], capsys)
+    lines = [s for s in err.splitlines() if s.strip() and not s.startswith("interrupted")]
+    assert code == 2 and "Traceback" not in err and "internal error" not in err, err
+    assert any("Faulty) raised ValueError: a bug in the user's forward in training" in s for s in lines), err
+    assert (out / "checkpoints" / "last.pt").is_file()  # the epoch before the fault is kept

@@ -161,6 +161,13 @@ def resolve_normalization(mean: Any, std: Any) -> tuple[Any, Any]:
     return mean, std
 
 
+def own_module(model: nn.Module) -> nn.Module:
+    """The user's own module inside robfair's ``Normalized`` wrappers (the --mean / --std ones peeled)."""
+    while isinstance(model, Normalized):
+        model = model.net
+    return model
+
+
 def with_normalization(model: nn.Module, mean: Any, std: Any, channels: int | None = None) -> nn.Module:
     """``Normalized(model, mean, std)`` for a model that expects normalized inputs (presets allowed);
     ``model`` itself when both are None. Refuses a robfair model that already normalizes."""

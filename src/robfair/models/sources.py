@@ -40,7 +40,7 @@ from ..errors import ModelError
 from ..safeio import file_digest, input_file, read_text_capped, yaml_loads
 from ..utils import atomic_path
 from . import checkpoint as _ckpt
-from .base import Normalized, with_normalization
+from .base import own_module, with_normalization
 from .factory import create
 from .usercode import import_dotted, import_file
 
@@ -434,6 +434,26 @@ def robustbench_keys(state: dict[str, torch.Tensor], arch: str) -> dict[str, tor
     return out
 
 
+def robustbench_file_state(record: Mapping[str, Any], trained: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of a RobustBench model that robfair built from its own architecture and trained
+    (``trained``: its state dict, robfair's key names), under the key names of the RobustBench file it
+    came from (``record``: :func:`load_source`'s), so that RobustBench's own class loads them with
+    ``load_state_dict(strict=True)``: every key of the file (``module.`` prefixes stripped), each
+    replaced by its trained value where :func:`robustbench_keys` maps it, the rest (unused
+    ``sub_block1`` weights, normalization constants) as the file has them."""
+    name = str(record["model"]).split(":", 1)[1]
+    f, dataset, threat, model_name = _rb_file(name, robustbench_dir(record.get("model_dir")))
+    state, _ = find_state_dict(_ckpt._torch_load(f, "cpu"), f)
+    arch = ROBUSTBENCH_BUILTIN[(dataset, threat, model_name)][0]
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        key = _ckpt._strip(key)
+        mapped = robustbench_keys({key: value}, arch)
+        new = next(iter(mapped), None)
+        out[key] = (trained[new] if new in trained else value).detach().cpu().contiguous().clone()
+    return out
+
+
 def load_robustbench(name: str, *, model_dir: str | os.PathLike | None = None,
                      map_location: Any = "cpu") -> tuple[nn.Module, dict[str, Any]]:
     """A RobustBench model from a file already in ``MODEL_DIR/<dataset>/<threat>/<NAME>.pt``.
@@ -684,13 +704,6 @@ def rebuild_source(spec: dict[str, Any], path: Path) -> nn.Module:
 _ckpt.SOURCE_BUILDER[:] = [rebuild_source]
 
 
-def own_module(model: nn.Module) -> nn.Module:
-    """The user's own module inside what robfair trained (the ``Normalized`` of --mean/--std peeled)."""
-    while isinstance(model, Normalized):
-        model = model.net
-    return model
-
-
 def save_own_formats(model: nn.Module, best: str | os.PathLike, classes: list[str]) -> list[Path]:
     """Beside checkpoint ``best`` (``.../best.pt``), the weights of a model trained from a file in a
     form the user's code loads as it is: ``best.weights.pt`` (``own.state_dict()``, the keys of their
@@ -703,10 +716,13 @@ def save_own_formats(model: nn.Module, best: str | os.PathLike, classes: list[st
     best = Path(best)
     own = own_module(model)
     state = {k: v.detach().cpu().contiguous().clone() for k, v in own.state_dict().items()}
+    form = spec["source"].get("format")
+    if form == "robustbench" and getattr(model, "robfair_spec", None) is not None:
+        # built from robfair's own architecture (no robustbench package): back to RobustBench's key names
+        state = robustbench_file_state(spec["source"], model.state_dict())
     written = [best.with_name(f"{best.stem}.weights.pt")]
     with atomic_path(written[0]) as tmp:
         torch.save(state, tmp)
-    form = spec["source"].get("format")
     if form == "safetensors":
         from safetensors.torch import save_file  # lazy: optional extra (the source was read with it)
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError, RobfairError
-from .base import Normalized, copy_tags, fmt_shape
+from .base import Normalized, copy_tags, fmt_shape, own_module
 from .factory import check_model_data
 
 #: what robfair does with a model, for the end of every message of this module
@@ -134,6 +134,35 @@ def guarded(model: nn.Module) -> nn.Module:
 
 
 # ============================================================================== the check
+def guard_training(model: nn.Module) -> nn.Module:
+    """A user's model to train (``robfair train --model FILE``), in place: what its forward raises
+    becomes one :class:`ModelError` line naming it as the user's fault (as :class:`UserModel` does
+    for audits), while the module, its state dict keys and its class name stay the user's -- its
+    class is swapped for a same-named subclass whose ``forward`` guards the original. Ctrl-C, running
+    out of memory and robfair's own errors pass through. A TorchScript module (whose ``forward`` is
+    compiled) is returned as it is: its errors name the TorchScript interpreter already."""
+    own = own_module(model)
+    cls = type(own)
+    if isinstance(own, torch.jit.ScriptModule) or getattr(cls, "_robfair_guarded", False) or robfair_built(model):
+        return model  # compiled, guarded already, or robfair's own architecture (its faults are robfair's)
+
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return cls.forward(self, *args, **kwargs)
+        except (KeyboardInterrupt, RobfairError, MemoryError, torch.OutOfMemoryError):
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's forward: anything it raises is its own
+            shape = tuple(args[0].shape) if args and isinstance(args[0], torch.Tensor) else "?"
+            phase = "training" if self.training else "evaluation"
+            raise ModelError(f"{model_name(model)} raised {_raised(e)} in {phase} on a batch of "
+                             f"shape {shape}; fix the model's forward (the run resumes from its last checkpoint "
+                             "with --resume)") from None
+
+    own.__class__ = type(cls.__name__, (cls,), {"forward": forward, "_robfair_guarded": True,
+                                                 "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return model
+
+
 def _raised(e: BaseException) -> str:
     """``Type: first line`` of what the model raised (a TorchScript error: the Python exception it
     ends with, not the interpreter's preamble); ``SystemExit: sys.exit(code)``."""

@@ -21,7 +21,7 @@ from ..errors import ConfigError, ModelError
 from ..models import create, load_checkpoint, model_classes
 from ..models.checkpoint import read_checkpoint
 from ..models.sources import load_source, source_spec, tag_source
-from ..models.validate import check_model_output, nonfinite_weights
+from ..models.validate import check_model_output, guard_training, nonfinite_weights
 from ..seeding import seed_everything
 from .config import TrainConfig
 from .trainer import RunResult, Trainer
@@ -142,7 +142,7 @@ def build_model(cfg: TrainConfig, num_classes: int, in_shape: tuple[int, int, in
         x = data.x[: min(len(data), 8)].float()
         check_model_output(model, x, num_classes, where="training images of the first batch")
     cfg.model_source = {k: record[k] for k in ("model", "format", "sha256", "arch", "arch_sha256")}
-    return tag_source(model, source_spec(record, num_classes, in_shape))
+    return guard_training(tag_source(model, source_spec(record, num_classes, in_shape)))
 
 
 def audit_hook(cfg: TrainConfig, attacks: Sequence[str], *, progress: Callable[[str, int, int], None] | None = None,

@@ -131,6 +131,8 @@ class Trainer:
         self.split = split  # the validation split's record (runner.make_split), saved in every checkpoint
         if val is None and cfg.select != "last":
             raise ConfigError(f"select '{cfg.select}' needs a validation set; pass val or set select: last")
+        if not cfg.resume and method is None:  # a new run is selected honestly (a resumed one as it was recorded)
+            cfg.check_selection()
         if val is not None and len(val) == 0:
             raise ConfigError("the validation set is empty; raise val_per_class or pass val=None with select: last")
         self.dist, self.device, self._owns_group = D.setup(cfg.device)

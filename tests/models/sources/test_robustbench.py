@@ -241,3 +241,12 @@ def test_robustbench_model_fine_tunes_and_its_run_reads_back(rice, tmp_path, cap
     trained, meta = load_any(out / "checkpoints" / "best.pt")
     assert meta["spec"]["name"] == "preact-resnet18"  # robfair's own definition of this entry: a plain checkpoint
     assert not torch.equal(trained.state_dict()["net.conv1.weight"], net.state_dict()["conv1.weight"])  # it trained
+    # best.weights.pt: the trained weights under RobustBench's own key names, loaded by its own class strictly
+    own = torch.load(out / "checkpoints" / "best.weights.pt", weights_only=True)
+    theirs = RBRice2020L2()
+    mu_sigma = {k: theirs.state_dict()[k] for k in ("mu", "sigma")}  # constants the file never held
+    theirs.load_state_dict({**own, **mu_sigma}, strict=True)
+    assert set(own) | set(mu_sigma) == set(theirs.state_dict())
+    theirs.eval()
+    x = torch.rand(4, 3, 32, 32)
+    torch.testing.assert_close(theirs(x), trained.eval()(x))
