@@ -62,7 +62,7 @@ def user_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fixed(user_model, tmp_path_factory):
-    from robfair.experiments import fix
+    from robfair.experiments.fix import fix
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("fix") / "run"
@@ -145,7 +145,7 @@ def test_the_weights_load_back_into_the_users_own_class(fixed):
 
 
 def test_a_second_fix_into_the_folder_is_refused_and_nothing_changes(fixed, user_model):
-    from robfair.experiments import fix
+    from robfair.experiments.fix import fix
 
     before = {p: p.stat().st_mtime_ns for p in fixed.out.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match="already holds results; pass --resume"):
@@ -158,7 +158,7 @@ def test_resume_reuses_the_before_audit_and_refuses_other_settings(fixed, user_m
     training and the after-audit run; the report equals an uncut run's. Other settings are refused."""
     import shutil
 
-    from robfair.experiments import fix
+    from robfair.experiments.fix import fix
 
     out = tmp_path / "cut"
     shutil.copytree(fixed.out / "before", out / "before")
@@ -176,7 +176,7 @@ def test_resume_reuses_the_before_audit_and_refuses_other_settings(fixed, user_m
 def test_a_robfair_checkpoint_is_fixed_from_its_own_split(tmp_path):
     """A robfair checkpoint of a registered architecture: fine-tuned with init (its validation split
     reused, never a sample it trained on); the report says so."""
-    from robfair.experiments import fix
+    from robfair.experiments.fix import fix
     from robfair.training import TrainConfig, train
 
     torch.set_num_threads(1)

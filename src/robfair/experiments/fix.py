@@ -1,7 +1,7 @@
 """Fix anyone's model: audit it, fine-tune it with a fair method, audit it again, and prove the change class by class.
 
-    from robfair.experiments import fix
-    res = fix("weights.pt", data="cifar10-jpeg", out="runs/fix-frl", arch="mynet.py:Net", method="frl-rwrm",
+    import robfair
+    res = robfair.fix("weights.pt", data="cifar10-jpeg", out="runs/fix-frl", arch="mynet.py:Net", method="frl-rwrm",
               epochs=3, lr=5e-4, optimizer="adam", attacks=["fgsm", "pgd20"])
     res.summary["worst"]        # the weakest class before and after, its paired test, the average cost
     res.comparison.per_class    # every class: before, after, difference, paired interval, McNemar p, Holm
