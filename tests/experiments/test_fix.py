@@ -207,3 +207,16 @@ def test_the_cli_writes_the_report_and_refuses_bad_input_in_one_line(user_model,
     s = json.loads((out / "fix.json").read_text())["summary"]
     assert s["verdict"].replace(" ", "") in stdout.replace("\n", "").replace(" ", "")
     assert math.isfinite(s["cost"]["clean_points"])
+
+
+def test_robfair_fix_is_the_function_and_its_module_keeps_its_name():
+    import importlib
+    import types
+
+    import robfair
+
+    module = importlib.import_module("robfair.experiments.fix")
+    assert isinstance(module, types.ModuleType) and robfair.fix is module.fix and callable(robfair.fix)
+    import robfair.experiments.fix as m  # noqa: E402  (no function of that name shadows the module)
+
+    assert m is module
