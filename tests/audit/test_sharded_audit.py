@@ -16,7 +16,7 @@ import torch
 
 from _shared import run_cli
 from robfair.audit.distributed import RankFailed, settle, shard_batches
-from robfair.training.distributed import DistInfo
+from robfair.distributed import DistInfo
 
 #: per-run fields: wall times, and which ranks ran (the device string names this rank's device), the digests
 #: of the sidecars (their headers hold the wall times; the sidecars are compared array by array) and
@@ -232,7 +232,7 @@ def cuda_stub(monkeypatch):
     """torchrun's environment for local rank 1 of 2 on a node that claims 2 GPUs; records the calls."""
     import torch.distributed as dist
 
-    import robfair.training.distributed as D
+    import robfair.distributed as D
 
     calls: dict = {"set_device": [], "init": []}
     monkeypatch.setenv("WORLD_SIZE", "2")

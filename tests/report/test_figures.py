@@ -12,6 +12,7 @@ import pytest
 from robfair.audit import AuditReport
 from robfair.metrics import GroupReport
 from robfair.report import html as H
+from robfair.report import page as P
 from robfair.report.plots import method_state_series, tied_min
 from robfair.report.tables import RunEntry, paper_tables
 
@@ -119,9 +120,9 @@ def test_wide_tables_transposed_and_intervals_on_a_second_line():
     assert d.columns == ["setting →", "x"] and len(d.rows) == 30 and d.rows[0][0] == "k0"
     assert sum(r[1] for r in d.emph) == 30  # all tied at 40%: every class marked
     assert H.display_table(_table(paper_tables([entry("x", [(20, 19, 8)] * 4, CL)], n_boot=0), "benz-robust")).rows[0][0] == "x"
-    assert str(H._cell("40.0 [21.9, 61.3]")) == '40.0<span class="ci">[21.9, 61.3]</span>'
-    assert str(H._cell("<b> [x]")) == '&lt;b&gt;<span class="ci">[x]</span>'
-    assert str(H._cell("42.0 ± 2.8")) == "42.0 ± 2.8"
+    assert str(P._cell("40.0 [21.9, 61.3]")) == '40.0<span class="ci">[21.9, 61.3]</span>'
+    assert str(P._cell("<b> [x]")) == '&lt;b&gt;<span class="ci">[x]</span>'
+    assert str(P._cell("42.0 ± 2.8")) == "42.0 ± 2.8"
 
 
 def test_default_title_from_the_folder(tmp_path, monkeypatch):

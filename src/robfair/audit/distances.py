@@ -378,7 +378,7 @@ def boundary_distances(
     (:func:`robfair.seeding.batch_generator` from ``seed``, the attack's name and the dataset
     index of the batch's first sample, in a ``"bisection"`` stream of its own), so a batch's
     distances do not depend on the batches before it. ``dist``: a joined process group's
-    :class:`~robfair.training.distributed.DistInfo` (torchrun): the rank runs whole batches
+    :class:`~robfair.distributed.DistInfo` (torchrun): the rank runs whole batches
     ``rank, rank + world_size, ...`` (:func:`robfair.audit.distributed.shard_batches`), the parts
     are gathered, and every rank returns the report one process would."""
     if method not in (*METHODS, "auto"):

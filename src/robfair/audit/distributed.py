@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 -m robfair audit -m best.pt --data cifar10 -a pgd20 --out runs/a
 
 :func:`evaluate_sharded` is :func:`robfair.audit.engine.evaluate` spread over the ranks of a process
-group (:mod:`robfair.training.distributed`: NCCL on CUDA, gloo on CPU). How it keeps the result
+group (:mod:`robfair.distributed`: NCCL on CUDA, gloo on CPU). How it keeps the result
 equal to one process:
 
 - **Whole batches, no padding.** The samples (all, or ``indices`` in their order) are cut into the
@@ -38,24 +38,20 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch.distributed as torch_dist  # not `dist`: that is the DistInfo argument below
 
+from ..distributed import DistInfo
 from ..errors import RobfairError
 from .checks import outcome_warnings
 from .engine import Outcomes, evaluate, sample_order
 
-if TYPE_CHECKING:
-    from ..training.distributed import DistInfo  # lazy: typing only (annotations)
-
 log = logging.getLogger(__name__)
 
 
-def _single() -> "DistInfo":
-    from ..training.distributed import DistInfo  # lazy: layering (audit sits below training)
-
+def _single() -> DistInfo:
     return DistInfo()
 
 
@@ -143,7 +139,7 @@ def gather_parts(fn, info: DistInfo) -> list[Any]:
     """``fn()`` on this rank, then every rank's value, in rank order, on every rank (one process:
     ``[fn()]``). When any rank's ``fn`` raised, every rank raises instead (see :func:`settle`).
     The values travel pickled (``all_gather_object``; on NCCL through this rank's current CUDA
-    device, which :func:`robfair.training.distributed.setup` sets from LOCAL_RANK), so they should
+    device, which :func:`robfair.distributed.setup` sets from LOCAL_RANK), so they should
     hold CPU data (numpy arrays, CPU tensors): a CUDA tensor would be unpickled onto the device
     index it came from."""
     own: BaseException | None = None

@@ -200,7 +200,7 @@ def eps_sweep(
     Returns an :class:`EpsSweep`: per radius a GroupReport (per group, class and cell, Wilson
     intervals). See the module docstring for what is shared and why skipping samples already fooled
     at a smaller radius is sound (``monotone=True``). ``dist``: a joined process group's
-    :class:`~robfair.training.distributed.DistInfo` (torchrun): the batches are spread over the
+    :class:`~robfair.distributed.DistInfo` (torchrun): the batches are spread over the
     ranks and every rank returns one process's sweep (:mod:`robfair.audit.distributed`)."""
     values = _check_eps_values(eps_values)
     if len(dataset) == 0:

@@ -362,7 +362,7 @@ def audit(
         report (``report.examples``, saved as examples.npz; :mod:`robfair.audit.examples`): the one or
         two batches holding them are attacked again with the audit's seed (the strongest attack only)
         and must reproduce the recorded predictions; 0: none.
-    dist: a :class:`robfair.training.distributed.DistInfo` of a joined process group (torchrun): each
+    dist: a :class:`robfair.distributed.DistInfo` of a joined process group (torchrun): each
         rank evaluates its whole batches (the probe included) and every rank returns the same
         report, equal to one process's (:mod:`robfair.audit.distributed`); None: this process alone.
     """

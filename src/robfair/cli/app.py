@@ -304,7 +304,7 @@ def audit(
 
     Under torchrun (`torchrun --nproc-per-node N -m robfair audit ...`) every rank runs whole batches of the data (the reliability probe and an eps sweep included) and rank 0 writes the same files as one process would (see docs/audit-json.md, "Sharded audits")."""  # noqa: E501 - one paragraph: the help wraps it
     args = dict(locals())  # the options, before anything else is bound here
-    from ..training.distributed import cleanup, env_info, setup
+    from ..distributed import cleanup, env_info, setup
 
     info = env_info()
     if not info.enabled:

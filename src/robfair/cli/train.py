@@ -193,7 +193,7 @@ def train(
     from ..safeio import check_output_dir
     from ..utils import check_image_eps, resolve_device
 
-    from ..training.distributed import env_info
+    from ..distributed import env_info
 
     # refused before any data is read: the run folder (claimed by rank 0: a second train or resume of it is
     # refused), the device, the radius

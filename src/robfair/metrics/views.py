@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RobfairError
+from ..charts import draw_classwise
 from ..inert import mpl_rc
 
 #: fairlearn metrics of :meth:`ReportViews.to_metricframe`, on the per-sample outcome columns
@@ -82,10 +83,7 @@ class ReportViews:
     def plot(self, ax: Any = None, *, by: str = "group") -> Any:
         """Per-group (``by="class"``: per-class) clean and robust accuracy with 95% Wilson intervals on
         matplotlib axes (a new figure when ``ax`` is None); returns the axes."""
-        # lazy: import time (matplotlib, needed by plotting only) and layering (report sits above metrics)
-        import matplotlib
-
-        from ..report.plots import draw_classwise
+        import matplotlib  # lazy: import time (matplotlib, needed by plotting only)
 
         with matplotlib.rc_context(mpl_rc()):  # labels are untrusted text: no math parsing
             fig = None

@@ -19,7 +19,7 @@ from ..errors import RobfairError
 from ..inert import plain
 from ..runfolder import RunFolder
 from ..safeio import read_json
-from .html import Figure, _mpl, _png, render_html
+from .page import Figure, matplotlib_context, render_html, to_png
 from .tables import Table
 
 
@@ -44,7 +44,7 @@ def _pct(v: Any) -> str:
 def curves_figure(payloads: Mapping[str, dict], by: str = "class") -> Figure:
     """Certified accuracy against L2 radius, one line per class (group) and the average, one panel per run."""
     items = [(k, p) for k, p in payloads.items() if by in (p.get("curves") or {})]
-    with _mpl() as plt:
+    with matplotlib_context() as plt:
         fig, axes = plt.subplots(1, len(items), figsize=(6.4 * len(items), 4.4), squeeze=False, sharey=True)
         for ax, (label, p) in zip(axes[0], items):
             c = p["curves"][by]
@@ -65,7 +65,7 @@ def curves_figure(payloads: Mapping[str, dict], by: str = "class") -> Figure:
         axes[0][0].set_ylabel("certified accuracy (%)")
         axes[0][-1].legend(fontsize=7, ncol=2, loc="best")
         fig.tight_layout()
-        return Figure(f"certified accuracy vs radius per {by}", _png(fig),
+        return Figure(f"certified accuracy vs radius per {by}", to_png(fig),
                       f"certified accuracy against radius per {by} for {', '.join(k for k, _ in items)}")
 
 

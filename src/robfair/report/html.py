@@ -18,84 +18,28 @@ Every label (run, class, method names, warnings) goes through Jinja2 autoescapin
 from __future__ import annotations
 
 import base64
-import contextlib
-import html as _html
 import io
 import math
 import os
-import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from markupsafe import Markup
 
 from .. import __version__
-from ..inert import mpl_rc, visible
 from ..metrics import wilson
 from ..runfolder import RunFolder, is_audit_file, read_jsonl
 from ..safeio import ResultSet
 from . import plots
+from .page import (Figure, ProbeLine, RunSection, Strip, StripCell, display_table, matplotlib_context,
+                   render_html, to_png)
 from . import reliability as rel
 from .plots import classwise_bars, tied_min
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
                      probe_tables, to_markdown, write_csvs)
-
-DPI = 80
-
-
-@dataclass
-class Figure:
-    title: str
-    b64: str
-    alt: str = ""
-    caption: str = ""
-
-
-@dataclass
-class StripCell:
-    """One image of the example strip (a PNG as base64) with its label."""
-
-    b64: str
-    label: str
-    alt: str
-
-
-@dataclass
-class Strip:
-    """The weakest class's examples: one row of clean images, one of their adversarial versions,
-    one of the perturbations (amplified); every label is text, escaped by the template."""
-
-    title: str
-    rows: list[tuple[str, list[StripCell]]]
-    caption: str
-
-
-@dataclass
-class ProbeLine:
-    """A run's reliability-probe verdict for the page: ``status`` (passed, flagged, skipped,
-    inconclusive: the CSS class of its badge), the one line, AutoAttack's own flags."""
-
-    run: str
-    status: str
-    line: str
-    flags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RunSection:
-    name: str
-    lines: list[str]
-    figures: list[Figure]
-    config: list[tuple[str, str]] = field(default_factory=list)
-    statements: list[str] = field(default_factory=list)
-    strip: Strip | None = None
-    probe: ProbeLine | None = None
-    tables: list[Table] = field(default_factory=list)
-
 
 @dataclass
 class ReportPaths:
@@ -105,33 +49,13 @@ class ReportPaths:
 
 
 # ============================================================================== figures
-@contextlib.contextmanager
-def _mpl() -> Iterator[Any]:
-    import matplotlib  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    with matplotlib.rc_context({**mpl_rc(), "svg.fonttype": "none"}):
-        yield plt
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    import matplotlib.pyplot as plt  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 def _figure(build: Any, title: str, alt: str, caption: str = "") -> Figure | None:
     """Run a plots.* builder under the report's matplotlib settings; None when it has nothing to draw."""
-    with _mpl():
+    with matplotlib_context():
         fig = build()
         if fig is None:
             return None
-        return Figure(title, _png(fig), alt, caption)
+        return Figure(title, to_png(fig), alt, caption)
 
 
 def figure_flags(entry: RunEntry) -> dict[str, tuple[float, float, float] | None]:
@@ -168,7 +92,7 @@ def overview_figure(entries: Sequence[RunEntry], max_panels: int = 8) -> Figure:
 
 def bars_figure(entry: RunEntry) -> Figure:
     """Per-class clean vs robust accuracy with 95% Wilson intervals (``report.plots.classwise_bars``)."""
-    with _mpl(), tempfile.TemporaryDirectory() as d:
+    with matplotlib_context(), tempfile.TemporaryDirectory() as d:
         path = classwise_bars({entry.name: entry.report}, Path(d) / "bars.png")
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
     return Figure("clean vs robust accuracy per class", b64, f"per-class accuracy of {entry.name}")
@@ -295,7 +219,7 @@ def training_figures(entry: RunEntry) -> list[Figure]:
 STRIP_MIN_PX = 64
 
 
-def _image_png(img: np.ndarray) -> str:
+def _imageto_png(img: np.ndarray) -> str:
     """A (C, H, W) uint8 image (C = 1 or 3) as a base64 PNG, enlarged by an integer factor to at
     least :data:`STRIP_MIN_PX` pixels a side so small images stay sharp."""
     import matplotlib.image  # lazy: start-up time (matplotlib only when a report is drawn)
@@ -333,12 +257,12 @@ def example_strip(entry: RunEntry) -> Strip | None:
     for j in range(len(ex)):
         i = int(ex.index[j])
         grp = f", group {groups[int(ex.group[j])]}" if ex.has_groups and 0 <= int(ex.group[j]) < len(groups) else ""
-        clean.append(StripCell(_image_png(ex.clean[j]), name(ex.clean_pred[j]),
+        clean.append(StripCell(_imageto_png(ex.clean[j]), name(ex.clean_pred[j]),
                                f"clean image of sample {i} (class {name(ex.y[j])}{grp}), predicted {name(ex.clean_pred[j])}"))
-        adv.append(StripCell(_image_png(ex.adv[j]), name(ex.adv_pred[j]),
+        adv.append(StripCell(_imageto_png(ex.adv[j]), name(ex.adv_pred[j]),
                              f"adversarial image of sample {i}, predicted {name(ex.adv_pred[j])}"))
         p, factor = amplified_perturbation(ex.clean[j], ex.adv[j])
-        pert.append(StripCell(_image_png(p), f"×{factor:.0f}", f"perturbation of sample {i}, amplified {factor:.0f} times"))
+        pert.append(StripCell(_imageto_png(p), f"×{factor:.0f}", f"perturbation of sample {i}, amplified {factor:.0f} times"))
     fooled = int(((ex.adv_pred != ex.y) & (ex.clean_pred == ex.y)).sum())
     eps = _fmt_eps(ex.eps)
     return Strip(f"weakest class '{name(ex.weakest)}': clean and adversarial examples",
@@ -450,60 +374,6 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
 
 
 # ---------------------------------------------------------------------------------------------- tables for display
-_CI = re.compile(r"^(.*?) (\[[^\]]*\])(.*)$")
-
-
-def _cell(text: Any) -> Markup:
-    """A table cell: ``value [lo, hi]`` as the value with the interval on a second, smaller line
-    (tables stay narrow); everything escaped."""
-    s = str(text)
-    m = _CI.match(s)
-    if not m:
-        return Markup.escape(s)
-    return Markup('{}<span class="ci">{}{}</span>').format(m.group(1), m.group(2), m.group(3))
-
-
-def display_table(t: Table, max_columns: int = 14) -> Table:
-    """``t`` for the page: transposed (one row per column of ``t``) when it has more than
-    ``max_columns`` columns and fewer rows than columns, e.g. per-class tables of CIFAR-100."""
-    if len(t.columns) <= max_columns or len(t.rows) >= len(t.columns) - 1:
-        return t
-    head = [t.columns[0]] + [r[0] for r in t.rows]
-    rows = [[c] + [r[j] for r in t.rows] for j, c in enumerate(t.columns) if j > 0]
-    emph = [[False] + [em[j] for em in t.emph] for j in range(1, len(t.columns))]
-    good = [[False] + [g[j] for g in t.good] for j in range(1, len(t.columns))]
-    label = t.columns[0]
-    return Table(t.key, t.title, [f"{label} →"] + head[1:], rows, t.data,
-                 (t.note + " " if t.note else "") + f"Transposed: one row per {'class' if t.key.startswith('benz') else 'column'}.",
-                 emph, good)
-
-
-def _visible(value: Any) -> Any:
-    """Every value the page shows, before it is escaped: text without control, format or bidi
-    characters (:func:`robfair.inert.visible`; a class name with a right-to-left override never
-    reorders the page), numbers as they are."""
-    if isinstance(value, Markup):
-        return Markup(visible(str(value)))
-    return visible(value) if isinstance(value, str) else value
-
-
-def render_html(*, title: str, description: str, meta: list[tuple[str, str]], tables: Sequence[Table],
-                figures: Sequence[Figure], runs: Sequence[RunSection], warnings: Sequence[tuple[str, str]],
-                statements: Sequence[tuple[str, str]] = (), probes: Sequence[ProbeLine] = (),
-                lead: Sequence[Table] = ()) -> str:
-    """The page from its parts (Jinja2, autoescape on); ``lead`` tables open it, above the
-    statements, the probe's verdicts and the figures (the leaderboard's ranking)."""
-    import jinja2  # lazy: start-up time (jinja2, ~0.1 s, only when a page is rendered)
-
-    env = jinja2.Environment(loader=jinja2.PackageLoader("robfair.report", "templates"), finalize=_visible,
-                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["cell"] = _cell
-    return env.get_template("report.html.j2").render(title=title, description=description, meta=meta,
-                                                      tables=[display_table(t) for t in tables], figures=figures,
-                                                      runs=runs, warnings=warnings, statements=statements,
-                                                      probes=probes, lead=[display_table(t) for t in lead])
-
-
 def default_title(paths: Sequence[str | Path]) -> str:
     """A page title from what was reported: the folder's name (resolved, so ``.`` works), the
     parent folder of a bare ``audit.json``, or the names joined."""
@@ -576,8 +446,3 @@ def write_report(entries: Sequence[RunEntry], out: str | Path, *, title: str | N
         with files.file(out, last=True) as tmp:
             tmp.write_text(page, encoding="utf-8")
     return ReportPaths(out, md, [folder / name for name in names])
-
-
-def escape(s: Any) -> str:
-    """HTML-escape (for callers building snippets outside the template)."""
-    return _html.escape(str(s))

@@ -17,105 +17,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..charts import (AVG, BNDY_ERR, CLEAN, FLAGGED, HEATMAP, ROBUST, STD_ERR, WORST, draw_classwise, error_bars, pale,
+                      pyplot, tick_style, tied_min)
 from ..inert import mpl_rc, plain
 from ..utils import atomic_path
-
-CLEAN = "#9cc3e6"
-ROBUST = "#2b6cb0"
-WORST = "#c0392b"
-STD_ERR = "#8a8f98"
-BNDY_ERR = "#e67e22"
-AVG = "#111111"
-#: a class the reliability probe flags (the audit overstates it): its bar pale and hatched in this
-#: colour, the AutoAttack-corrected estimate a diamond with its interval
-FLAGGED = "#7d3c98"
-HEATMAP = "viridis"  # sequential: brighter = higher accuracy (better); same map in every heatmap
-
-
-def _plt():
-    import matplotlib  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    return plt
-
-
-def tied_min(values: Sequence[float], tol: float = 1e-12) -> list[int]:
-    """Indices of every value equal to the minimum (ties are all the worst); NaNs ignored."""
-    a = np.asarray(values, dtype=float)
-    if not np.isfinite(a).any():
-        return []
-    m = np.nanmin(a)
-    return [i for i, v in enumerate(a) if np.isfinite(v) and abs(v - m) <= tol]
-
-
-def _tick_style(ax: Any, labels: Sequence[str], worst: Sequence[int] = (), axis: str = "x") -> None:
-    """Class names as tick labels, rotated / shrunk as the count grows; worst ones red and bold."""
-    k = len(labels)
-    longest = max((len(str(s)) for s in labels), default=1)
-    size = 8 if k <= 20 else (6.5 if k <= 50 else 5)
-    pos = range(k)
-    if axis == "x":
-        ax.set_xticks(pos)
-        rot = 0 if (k <= 12 and longest <= 4) else (90 if k > 30 or longest > 10 else 35)
-        ticks = ax.set_xticklabels([plain(s) for s in labels], rotation=rot, fontsize=size,
-                                   ha="right" if rot == 35 else "center",
-                                   rotation_mode="anchor" if rot == 35 else "default")
-    else:
-        ax.set_yticks(pos)
-        ticks = ax.set_yticklabels([plain(s) for s in labels], fontsize=size)
-    for i in worst:
-        ticks[i].set_color(WORST)
-        ticks[i].set_fontweight("bold")
-
-
-def _pale(color: str, share: float = 0.3) -> tuple[float, float, float]:
-    """``color`` mixed with white (``share`` of the colour left)."""
-    from matplotlib.colors import to_rgb  # lazy: start-up time (matplotlib: ~0.4 s)
-
-    return tuple(1 - share * (1 - c) for c in to_rgb(color))
-
-
-def _err(val: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    return np.clip(np.nan_to_num(np.vstack([val - lo, hi - val])), 0, None)
-
-
-# ============================================================================== the demo / audit --plot chart
-def draw_classwise(ax: Any, rep: Any, label: str = "", *, by: str = "group", legend: bool = False) -> None:
-    """One panel of :func:`classwise_bars` on matplotlib axes ``ax``: per-group (``by="class"``: per-class)
-    clean and robust accuracy (percent) with 95% Wilson intervals, the robust average dashed, the worst
-    group(s) red. ``rep``: a GroupReport or an AuditReport (its worst case); ``legend``: a legend beside the
-    axes, outside them on the right, so it never covers a bar (bars reach any height: no corner inside the
-    axes is sure to be empty)."""
-    rep = getattr(rep, "main", rep)
-    label = plain(label)
-    df = rep.by_group if by == "group" else rep.by_class
-    idx = np.arange(len(df))
-    w = 0.38
-    for off, col, color, name in ((-w / 2, "clean_acc", CLEAN, "clean"), (w / 2, "rob_acc", ROBUST, "robust")):
-        val = 100 * df[col].to_numpy(dtype=float)
-        err = _err(val, 100 * df[f"{col}_lo"].to_numpy(dtype=float), 100 * df[f"{col}_hi"].to_numpy(dtype=float))
-        colors = [color] * len(df)
-        if col == "rob_acc":
-            for i in tied_min(val):
-                colors[i] = WORST
-        ax.bar(idx + off, val, w, yerr=err, color=colors, label=f"{name} accuracy", capsize=2,
-               error_kw={"lw": 0.8, "ecolor": "#333333"})
-    avg = 100 * rep.overall["rob_acc"]
-    ax.axhline(avg, color=AVG, ls="--", lw=1.1, zorder=5)
-    worst = tied_min(df["rob_acc"].to_numpy(dtype=float))
-    agg = rep.aggregates()["rob_acc"]
-    wnames = ", ".join(plain(df.index[i]) for i in worst[:4]) + (f" and {len(worst) - 4} more, tied" if len(worst) > 4 else "")
-    head = f"{label}: " if label else ""
-    ax.set_title(f"{head}robust accuracy avg {100 * agg['avg']:.1f}%, worst {100 * agg['worst']:.1f}% "
-                 f"({wnames}), gap {100 * agg['gap']:.1f} points", fontsize=10, loc="left")
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    ax.grid(axis="y", alpha=0.3)
-    _tick_style(ax, [str(c) for c in df.index], worst)
-    if legend:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
 
 
 def classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str = "", by: str = "group") -> Path:
@@ -132,7 +37,7 @@ def classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str =
 
 
 def _classwise_bars(reports: Mapping[str, Any], path: str | Path, *, title: str, by: str) -> Path:
-    plt = _plt()
+    plt = pyplot()
     items = [(plain(label), getattr(r, "main", r)) for label, r in reports.items()]
     k = len(getattr(items[0][1], "by_group" if by == "group" else "by_class"))
     fig, axes = plt.subplots(len(items), 1, figsize=(max(7.0, 0.55 * k + 2.5), 3.3 * len(items) + 0.6),
@@ -171,7 +76,7 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
     pale and hatched purple (the audit's number, overstated; red still marks the worst), their tick
     labels purple and marked ``!``, and the corrected estimate is a purple diamond with its
     interval (legend entries)."""
-    plt = _plt()
+    plt = pyplot()
     items = [(plain(label), r) for label, r in list(items)[:max_panels]]
     flagged = list(flagged or [])[:len(items)] + [{}] * max(0, len(items) - len(flagged or []))
     k = max(len(r.group_names) for _, r in items)
@@ -195,17 +100,17 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
         worst = tied_min(v)
         colors = [WORST if i in worst else ROBUST for i in range(len(v))]
         x = np.arange(len(v))
-        bars = ax.bar(x, v, 0.75, color=colors, yerr=_err(v, lo, hi), capsize=1.5 if len(v) <= 30 else 0,
+        bars = ax.bar(x, v, 0.75, color=colors, yerr=error_bars(v, lo, hi), capsize=1.5 if len(v) <= 30 else 0,
                       error_kw={"lw": 0.7, "ecolor": "#333333"})
         for i in flag:  # the bar's own colour, pale (red still the worst), hatched purple
-            bars[i].set_facecolor(_pale(colors[i]))
+            bars[i].set_facecolor(pale(colors[i]))
             bars[i].set_edgecolor(FLAGGED)
             bars[i].set_hatch("///")
             bars[i].set_gid(f"flagged:{keys[i]}")
         corr = [(i, marks[keys[i]]) for i in flag if marks[keys[i]] is not None]
         if corr:
             cv = np.array([100 * c[0] for _, c in corr])
-            ax.errorbar([i + 0.18 for i, _ in corr], cv, yerr=_err(cv, np.array([100 * c[1] for _, c in corr]),
+            ax.errorbar([i + 0.18 for i, _ in corr], cv, yerr=error_bars(cv, np.array([100 * c[1] for _, c in corr]),
                                                                    np.array([100 * c[2] for _, c in corr])),
                         fmt="D", ms=6.5, color=FLAGGED, mec="white", mew=0.8, ecolor=FLAGGED, elinewidth=1.8,
                         capsize=3, zorder=6, gid="corrected")  # beside the bar's own interval, not on it
@@ -225,10 +130,10 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
         ax.grid(axis="y", alpha=0.3)
         shown = [f"{n} !" if i in flag else n for i, n in enumerate(names)]
         if len(names) > 40:  # 100 names do not fit: name the 20 weakest (and every flagged one), the heatmap has them all
-            _tick_style(ax, [n if i < 20 or i in flag else "" for i, n in enumerate(shown)], worst)
+            tick_style(ax, [n if i < 20 or i in flag else "" for i, n in enumerate(shown)], worst)
             ax.tick_params(axis="x", labelsize=7)
         else:
-            _tick_style(ax, shown, worst)
+            tick_style(ax, shown, worst)
         for i in flag:
             ax.get_xticklabels()[i].set_color(FLAGGED)
             ax.get_xticklabels()[i].set_fontweight("bold")
@@ -238,7 +143,7 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
         from matplotlib.lines import Line2D  # lazy: start-up time (matplotlib: ~0.4 s)
         from matplotlib.patches import Patch  # lazy: start-up time (matplotlib: ~0.4 s)
 
-        handles = [Patch(fc=_pale(ROBUST), ec=FLAGGED, hatch="///", label="! flagged by the reliability probe: the "
+        handles = [Patch(fc=pale(ROBUST), ec=FLAGGED, hatch="///", label="! flagged by the reliability probe: the "
                          "audit's number, overstated")]
         if any_corrected:
             handles.append(Line2D([], [], color=FLAGGED, marker="D", ms=6.5, mec="white", ls="-", lw=1.8,
@@ -252,7 +157,7 @@ def overview_figure(items: Sequence[tuple[str, Any]], *, max_panels: int = 8,
 def error_split_figure(rep: Any) -> Any:
     """Per class: standard error (clean mistakes) stacked under boundary error (clean-correct but
     attacked), so the bar is the robust error (percent), sorted by robust error, worst first."""
-    plt = _plt()
+    plt = pyplot()
     df = rep.by_group
     std = 100 * df["std_err"].to_numpy(dtype=float)
     bndy = 100 * df["bndy_err"].to_numpy(dtype=float)
@@ -271,10 +176,10 @@ def error_split_figure(rep: Any) -> Any:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
     if k > 40:  # name the 20 worst; 100 names at this width are unreadable
-        _tick_style(ax, [n if i < 20 else "" for i, n in enumerate(names)], worst)
+        tick_style(ax, [n if i < 20 else "" for i, n in enumerate(names)], worst)
         ax.tick_params(axis="x", labelsize=7)
     else:
-        _tick_style(ax, names, worst)
+        tick_style(ax, names, worst)
     fig.tight_layout()
     return fig
 
@@ -283,7 +188,7 @@ def heatmap_figure(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
                    cbar: str = "robust accuracy (%)", mark_row_min: bool = True) -> Any:
     """A percent heatmap (rows x cols) with values written in the cells when there are few, the
     minimum of each row outlined (the row's worst column). Sized so 100 rows or columns stay legible."""
-    plt = _plt()
+    plt = pyplot()
     r, c = matrix.shape
     row_h = 0.42 if r <= 20 else 0.2  # inches; 100 rows -> 20 in, labels at 7 pt stay legible
     col_w = 0.5 if c <= 20 else (0.2 if c <= 50 else 0.13)
@@ -291,8 +196,8 @@ def heatmap_figure(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
         col_w = 1.0
     fig, ax = plt.subplots(figsize=(min(15.5, max(5.5, c * col_w + 3.2)), min(40.0, max(2.6, r * row_h + 1.6))))
     im = ax.imshow(100 * matrix, vmin=0, vmax=100, cmap=HEATMAP, aspect="auto", interpolation="nearest")
-    _tick_style(ax, [str(s) for s in cols], axis="x")
-    _tick_style(ax, [str(s) for s in rows], axis="y")
+    tick_style(ax, [str(s) for s in cols], axis="x")
+    tick_style(ax, [str(s) for s in rows], axis="y")
     if r > 20:  # tall: labels at 7 pt, column names at the top too (the bottom is a page away)
         ax.tick_params(axis="y", labelsize=7)
         ax.tick_params(axis="x", top=True, labeltop=True)
@@ -320,7 +225,7 @@ def heatmap_figure(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str],
 
 def confusion_figure(rep: Any) -> Any:
     """Clean and adversarial confusion matrices, rows normalized (true class -> predicted class)."""
-    plt = _plt()
+    plt = pyplot()
     names = [str(n) for n in rep.class_names]
     k = len(names)
     size = min(4.0 + 0.17 * k, 8.5)
@@ -335,8 +240,8 @@ def confusion_figure(rep: Any) -> Any:
         ax.set_xlabel("predicted class")
         ax.set_ylabel("true class")
         if k <= 30:
-            _tick_style(ax, names, axis="x")
-            _tick_style(ax, names, axis="y")
+            tick_style(ax, names, axis="x")
+            tick_style(ax, names, axis="y")
             if k <= 12:
                 for i in range(k):
                     for j in range(k):
@@ -353,7 +258,7 @@ def eps_curves_figure(eps: Sequence[float], names: Sequence[str], values: np.nda
     """Robust accuracy (percent) against eps, one line per class (``values``: E x G). With more than
     ``max_lines`` classes, the weakest ones at the largest eps are drawn in colour with their 95%
     band and the rest as thin grey lines."""
-    plt = _plt()
+    plt = pyplot()
     eps = np.asarray(eps, dtype=float)
     g = len(names)
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
@@ -387,7 +292,7 @@ def eps_curves_figure(eps: Sequence[float], names: Sequence[str], values: np.nda
 def training_figure(history: Sequence[dict[str, Any]], class_names: Sequence[str] | None = None) -> Any | None:
     """Training curves from metrics.jsonl: train loss, validation clean / robust / worst-class robust
     accuracy (best epoch marked) and validation robust accuracy per class. None without epochs."""
-    plt = _plt()
+    plt = pyplot()
     epochs = [int(r.get("epoch", i + 1)) for i, r in enumerate(history)]
     if not epochs:
         return None
@@ -465,7 +370,7 @@ def method_state_figure(history: Sequence[dict[str, Any]], method: str = "", cla
     series = {k: v for k, v in series.items() if np.isfinite(v[1]).any()}
     if not series:
         return None
-    plt = _plt()
+    plt = pyplot()
     epochs = [int(r.get("epoch", i + 1)) for i, r in enumerate(history)]
     items = list(series.items())[:max_panels]
     fig, axes = plt.subplots(1, len(items), figsize=(min(15, 5 * len(items)), 3.5), squeeze=False)
@@ -480,7 +385,7 @@ def method_state_figure(history: Sequence[dict[str, Any]], method: str = "", cla
 
 def _lines(ax: Any, epochs: Sequence[int], mat: np.ndarray, names: Sequence[str]) -> None:
     """One line per column; a legend up to 10 lines, else thin lines and the 3 lowest at the end named."""
-    plt = _plt()
+    plt = pyplot()
     k = mat.shape[1]
     if k <= 10:
         cmap = plt.get_cmap("tab10")
@@ -512,7 +417,7 @@ def pareto_figure(points: Sequence[tuple[float, float]], sds: Sequence[tuple[flo
     """Average vs worst-class robust accuracy (percent), one point per setting (mean ± sd over seeds);
     the Pareto front of each dataset drawn as a staircase with its points ringed; labels spread so
     they do not overlap."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 5.6))
     uniq = list(dict.fromkeys(methods))
     cmap = plt.get_cmap("tab10" if len(uniq) <= 10 else "tab20")

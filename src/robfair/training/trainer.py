@@ -56,7 +56,7 @@ from ..provenance import run_info
 from ..runfolder import RunFolder
 from ..seeding import derive_seed, make_generator
 from ..utils import to_jsonable
-from . import distributed as D
+from .. import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
 from .config import TrainConfig
 from .methods import Method, TrainContext, build_method

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,9 +34,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ...attacks import ATTACKS, get_attack, parse_attack_name, require_target_rule
 from ...errors import ConfigError, RobfairError, one_line
 from ...registry import Registry
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..config import TrainConfig  # lazy: typing only (annotations)
 
 
 class _MethodRegistry(Registry):
@@ -129,7 +126,9 @@ class TrainContext:
     shard as ``(x, y, g)`` on ``device`` (WAT's re-attacked validation cost), and ``model`` is the
     trainer's evaluation model (EMA weights when enabled)."""
 
-    cfg: "TrainConfig"
+    #: the run's :class:`robfair.training.config.TrainConfig` (not imported here: the config validates
+    #: its method through this package, so the arrow points from config to methods only)
+    cfg: Any
     device: torch.device
     num_classes: int
     class_names: list[str]

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..errors import ConfigError
-from ..utils import resolve_device
+from .errors import ConfigError
+from .utils import resolve_device
 
 log = logging.getLogger(__name__)
 
