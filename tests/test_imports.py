@@ -1,8 +1,9 @@
 """The import rule of the package: an import inside a function says why it is there.
 
 Imports sit at module top so a module's first lines show its dependencies. One inside a function
-carries ``# lazy: <reason>`` (start-up time, optional extra, layering, cycle, typing only) on its
-line, or on a comment line just above its block of imports. ``cli/`` is exempt: the whole command
+carries ``# lazy: <reason>`` (start-up time, optional extra, typing only) on its line, or on a comment
+line just above its block of imports. "layering" and "cycle" are no reasons (issue 24): an import that
+points up or closes a circle is a structure to fix, so the check refuses them. ``cli/`` is exempt: the whole command
 package imports on demand (see ``robfair/cli/__init__.py``)."""
 
 from __future__ import annotations
@@ -13,6 +14,15 @@ from pathlib import Path
 import robfair
 
 SRC = Path(robfair.__file__).parent
+
+
+#: reasons an import inside a function may not give: each says the structure is wrong, not the import
+REFUSED = ("layering", "cycle")
+
+
+def _refused(line: str) -> bool:
+    at = line.find("lazy:")
+    return at >= 0 and any(r in line[at:] for r in REFUSED)
 
 
 def unexplained_imports(path: Path, root: Path = SRC) -> list[str]:
@@ -26,6 +36,9 @@ def unexplained_imports(path: Path, root: Path = SRC) -> list[str]:
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             k = node.lineno - 1
+            if _refused(lines[k]):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {lines[k].strip()} (refused reason)")
+                continue
             if "# lazy" in lines[k] or "(lazy:" in lines[k]:
                 continue
             j = k - 1  # up through the block of imports (blank lines included) to the comment above it
@@ -34,6 +47,8 @@ def unexplained_imports(path: Path, root: Path = SRC) -> list[str]:
                     break
                 j -= 1
             if j >= 0 and "# lazy" in lines[j]:
+                if _refused(lines[j]):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {lines[k].strip()} (refused reason)")
                 continue
             found.append(f"{path.relative_to(root)}:{node.lineno}: {lines[k].strip()}")
     return found
@@ -50,5 +65,9 @@ def test_the_check_finds_an_unexplained_import(tmp_path):
     f = tmp_path / "mod.py"
     f.write_text("import os\n\n\ndef f():\n    import json\n\n    return json\n\n\ndef g():\n"
                  "    # lazy: start-up time\n    import json\n\n    import sys\n    return json, sys\n\n\n"
-                 "def h():\n    import csv  # lazy: cycle\n    return csv\n")
-    assert unexplained_imports(f, tmp_path) == ["mod.py:5: import json"]
+                 "def h():\n    import csv  # lazy: cycle\n    return csv\n"
+                 "\n\ndef k():\n    # lazy: layering (data sits below models)\n    import csv\n    return csv\n"
+                 "\n\ndef m():\n    import csv  # lazy: start-up time\n    return csv\n")
+    assert unexplained_imports(f, tmp_path) == ["mod.py:5: import json",
+                                                "mod.py:19: import csv  # lazy: cycle (refused reason)",
+                                                "mod.py:25: import csv (refused reason)"]

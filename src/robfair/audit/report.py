@@ -33,7 +33,7 @@ from .. import __version__
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
-from ..data.coerce import audit_class_order, audit_inputs
+from .inputs import audit_class_order, audit_inputs
 from ..runfolder import audit_file, audit_target
 from ..safeio import ResultSet, matches_digest, read_json
 from ..utils import parse_eps, to_jsonable, write_json

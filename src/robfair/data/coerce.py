@@ -195,14 +195,14 @@ def subsample(ds: Dataset, *, limit: int | None = None, per_class: int | None = 
 
 
 # ---------------------------------------------------------------------------------------------- class order
-def _default_names(names: Sequence[str]) -> bool:
+def default_names(names: Sequence[str]) -> bool:
     return list(names) == [str(i) for i in range(len(names))]
 
 
 def check_class_order(model_classes: Sequence[str] | None, data_classes: Sequence[str], *, what: str = "the model") -> None:
     """``DataError`` when a model's stored class names differ from the dataset's (order included).
     Unnamed classes ("0", "1", ...) on either side cannot be checked and pass."""
-    if model_classes is None or _default_names(model_classes) or _default_names(data_classes):
+    if model_classes is None or default_names(model_classes) or default_names(data_classes):
         return
     if list(model_classes) != list(data_classes):
         same = sorted(model_classes) == sorted(data_classes)
@@ -226,7 +226,7 @@ def class_order(model_classes: Sequence[str] | None, data_classes: Sequence[str]
         return {"status": "checked"}
     shown = ", ".join(list(data_classes)[:4]) + (", ..." if len(data_classes) > 4 else "")
     why = ("stores no class names" if model_classes is None else
-           "stores only unnamed classes (0, 1, ...)" if _default_names(model_classes) else
+           "stores only unnamed classes (0, 1, ...)" if default_names(model_classes) else
            "names its classes but the dataset's are unnamed (0, 1, ...)")
     return {"status": "unchecked",
             "note": f"{what} {why}, so its class order was not checked: output k is taken to be the dataset's "
@@ -285,59 +285,3 @@ def with_class_order(ds: Dataset, classes: Sequence[str], renames: Mapping[str, 
         return ds
     lut = torch.tensor([classes.index(c) for c in names], dtype=torch.int64, device=ds.y.device)
     return Dataset(x=ds.x, y=lut[ds.y], classes=classes, g=ds.g, groups=ds.groups, name=ds.name).validate()
-
-
-# ---------------------------------------------------------------------------------------------- audit entry
-def _widen_to_model(model: Any, ds: Dataset) -> Dataset:
-    """Unnamed classes counted from the labels: a model with more outputs than the largest label + 1
-    gets that many classes (classes absent from these samples are simply empty)."""
-    try:
-        dev = next(iter(model.parameters())).device
-    except (StopIteration, AttributeError, RuntimeError):
-        dev = torch.device("cpu")
-    # lazy: layering (data sits below models)
-    from ..models.validate import guarded
-
-    was_training = model.training
-    model.eval()  # never a train-mode forward: it would update BatchNorm statistics
-    try:
-        with torch.no_grad():
-            out = guarded(model)(ds.images(slice(0, 1)).to(dev))
-        k = int(out.shape[-1]) if isinstance(out, torch.Tensor) and out.ndim == 2 else ds.num_classes
-    except (Exception, SystemExit):  # noqa: BLE001 - the audit's own model check names what the model did
-        return ds
-    finally:
-        model.train(was_training)
-    if k <= ds.num_classes:
-        return ds
-    return Dataset(x=ds.x, y=ds.y, classes=[str(i) for i in range(k)], g=ds.g, groups=ds.groups, name=ds.name)
-
-
-def audit_inputs(model: Any, data: Any, *, mean: Any = None, std: Any = None,
-                 classes: Sequence[str] | None = None) -> tuple[Any, Dataset]:
-    """What :func:`robfair.audit` does first: ``data`` as a :class:`Dataset` (:func:`as_dataset`),
-    ``model`` wrapped in ``Normalized`` when ``mean``/``std`` (or a preset name) are given, and the
-    labels put in the model's class order: ``classes`` states that order (labels are re-indexed by
-    name); without it, class names stored with the model must equal the dataset's."""
-    # lazy: layering (data sits below models; only this bridge for audit() needs them)
-    from ..models.base import with_normalization
-    from ..models.sources import model_classes
-
-    if isinstance(data, Dataset) and len(data) == 0:
-        raise DataError("the dataset is empty; check the path and the split")
-    ds = as_dataset(data, classes=None if isinstance(data, Dataset) else classes)
-    model = with_normalization(model, mean, std, channels=ds.in_shape[0])
-    if not isinstance(data, Dataset) and classes is None and _default_names(ds.classes):
-        ds = _widen_to_model(model, ds)
-    if classes is not None:
-        ds = with_class_order(ds, list(classes))
-    else:
-        check_class_order(model_classes(model), ds.classes)
-    return model, ds
-
-
-def audit_class_order(model: Any, ds: Dataset, classes: Sequence[str] | None) -> dict[str, Any]:
-    """:func:`class_order` of an audit after :func:`audit_inputs` (``classes``: what the caller passed)."""
-    from ..models.sources import model_classes  # lazy: layering (as audit_inputs)
-
-    return class_order(model_classes(model), ds.classes, stated=classes is not None)

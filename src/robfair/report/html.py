@@ -37,6 +37,7 @@ from . import plots
 from .page import (Figure, ProbeLine, RunSection, Strip, StripCell, display_table, matplotlib_context,
                    render_html, to_png)
 from . import reliability as rel
+from .certify import curves_figure, run_lines
 from .plots import classwise_bars, tied_min
 from .tables import (RunEntry, Table, dataset_key, group_settings, mean_sd, paper_tables, pareto_by_dataset,
                      probe_tables, to_markdown, write_csvs)
@@ -361,8 +362,6 @@ def run_sections(entries: Sequence[RunEntry], *, figures: bool = True) -> list[R
             figs.append(confusion_figure(e))
             figs = [f for f in figs if f is not None]
         if e.certify:
-            from .certify import curves_figure, run_lines  # lazy: cycle (report/certify.py imports this module)
-
             lines += run_lines(e.certify)
             if figures:
                 figs.append(curves_figure({e.name: e.certify}))
