@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robfair.attacks import PGD
-from robfair.attacks.base import count_passes
+from robfair.attacks.attack import count_passes
 from robfair.hardware import describe
 from robfair.utils import resolve_device, tune_allocator
 

@@ -63,7 +63,7 @@ import torch
 
 from robfair import hardware
 from robfair.attacks import PGD
-from robfair.audit import evaluate
+from robfair.auditing import evaluate
 from robfair.data import Dataset
 from robfair.data import load_dataset
 from robfair.models import load_checkpoint, save_checkpoint

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from robfair import certify as C
+from robfair import certifying as C
 from robfair.data import Dataset
 from robfair.hardware import channels_last, wants_channels_last
 from robfair.utils import resolve_device, tune_allocator

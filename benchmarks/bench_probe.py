@@ -5,12 +5,12 @@
     python benchmarks/bench_probe.py --parts sim --reps 2000                  # the simulation alone, more replicates
     python benchmarks/bench_probe.py --parts which --cache DIR                # which of AutoAttack's attacks finds it
 
-The probe's two stages are :func:`robfair.audit.probe.probe_stages` (10 classes: the screen,
+The probe's two stages are :func:`robfair.auditing.probe.probe_stages` (10 classes: the screen,
 AutoAttack's APGD-DLR, on many samples; then AutoAttack's whole standard cascade, APGD-CE, APGD-T,
 FAB-T and Square, on the screen's survivors); every table names them from there or from the
 probe's record (``stages``).
 
-**Simulation** (``--parts sim``). The probe's own design code (:mod:`robfair.audit.probe_design`:
+**Simulation** (``--parts sim``). The probe's own design code (:mod:`robfair.auditing.probe_design`:
 ``random_orders``, ``Design``, ``run_design``, ``simulated_attack``), run against known outcomes
 instead of a model. A scenario is K classes of ``n_c`` samples, ``R = round(r n_c)`` of each robust
 under the audit; one class is overstated by ``delta`` (``D = round(delta n_c)`` of its robust
@@ -85,11 +85,11 @@ from bench_audit import trained as quick_model  # noqa: E402  (the digits / Fash
 
 from robfair import hardware  # noqa: E402
 from robfair.attacks.autoattack import AutoAttack, _Adapter, load_backend  # noqa: E402
-from robfair.attacks.base import count_passes  # noqa: E402
-from robfair.audit import audit, evaluate  # noqa: E402
-from robfair.audit import probe_design  # noqa: E402
-from robfair.audit.probe import ALPHA, DEFAULT_BUDGET, DEFAULT_TOLERANCE, _attack_name, probe_stages  # noqa: E402
-from robfair.audit.probe_design import FIRST, REST, Design, random_orders, run_design, simulated_attack  # noqa: E402
+from robfair.attacks.attack import count_passes  # noqa: E402
+from robfair.auditing import audit, evaluate  # noqa: E402
+from robfair.auditing import probe_design  # noqa: E402
+from robfair.auditing.probe import ALPHA, DEFAULT_BUDGET, DEFAULT_TOLERANCE, _attack_name, probe_stages  # noqa: E402
+from robfair.auditing.probe_design import FIRST, REST, Design, random_orders, run_design, simulated_attack  # noqa: E402
 from robfair.data import load_dataset, subsample  # noqa: E402
 from robfair.errors import RobfairError  # noqa: E402
 from robfair.metrics.stats import finite_population_bounds, wilson  # noqa: E402

@@ -55,9 +55,9 @@ import pandas as pd
 import torch
 
 import robfair
-from robfair.audit import audit
+from robfair.auditing import audit
 from robfair.data import cifar_jpeg, load_dataset
-from robfair.data.registry import parse_spec, with_options
+from robfair.data.loading import parse_spec, with_options
 from robfair.errors import RobfairError
 from robfair import hardware
 from robfair.hardware import describe
@@ -130,7 +130,7 @@ def probe_on(value: str) -> bool:
     """Whether ``--probe`` asks for a probe (robfair's own parser when it has one: a bad value is refused
     before anything runs)."""
     try:
-        from robfair.audit.probe import parse_budget
+        from robfair.auditing.probe import parse_budget
     except ImportError:  # an older robfair
         return str(value).strip().lower() not in ("0", "off")
     return parse_budget(value, "--probe") > 0
@@ -237,7 +237,7 @@ def per_class_table(rep, attacks: list[str]) -> pd.DataFrame:
 
 
 def probe_verdict(rec: dict) -> str:
-    """One line from the audit's reliability-probe record (robfair.audit.probe): its own verdict
+    """One line from the audit's reliability-probe record (robfair.auditing.probe): its own verdict
     (older records without one: the skip reason or a plain summary)."""
     if "skipped" in rec:
         return f"skipped ({rec['skipped']})"

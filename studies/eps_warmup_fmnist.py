@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from robfair.audit import audit
+from robfair.auditing import audit
 from robfair.data import load_dataset, stratified_split
 from robfair.training import TrainConfig, train
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from robfair.audit import audit
+from robfair.auditing import audit
 from robfair.data import load_dataset, stratified_split
 from robfair.training import TrainConfig, train
 from robfair.utils import tune_allocator

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from scipy.stats import t as student_t
 
-from robfair.audit import audit
+from robfair.auditing import audit
 from robfair.data import load_dataset, stratified_split
-from robfair.metrics.report import GroupReport
+from robfair.metrics.groups import GroupReport
 from robfair.models.checkpoint import load_checkpoint
 from robfair.training import TrainConfig, train
 

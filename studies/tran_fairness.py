@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from robfair.data import Dataset, load_dataset
-from robfair.audit.distances import boundary_distances
-from robfair.audit.eps_sweep import eps_sweep
+from robfair.auditing.distances import boundary_distances
+from robfair.auditing.eps_sweep import eps_sweep
 from robfair.metrics import GroupReport
 from robfair.theory import mixture_dataset
 from robfair.training import TrainConfig, train

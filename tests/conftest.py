@@ -33,4 +33,4 @@ def _no_default_probe(monkeypatch):
     (``probe=B`` / ``--probe B``)."""
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_BUDGET", 0.0)
+    monkeypatch.setattr(importlib.import_module("robfair.auditing.probe"), "DEFAULT_BUDGET", 0.0)

@@ -3,6 +3,10 @@
     import robfair
     report = robfair.audit(model, robfair.load_dataset("digits"), attacks=["pgd20"], eps=0.1)
     report.to_frame()          # per-class table
+
+``robfair.audit`` is the function (:func:`robfair.auditing.audit_report.audit`); the package of the evaluation
+engine behind it is :mod:`robfair.auditing`. Every name here is resolved on first use (``robfair --help``
+imports no torch).
 """
 
 from __future__ import annotations
@@ -12,21 +16,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# ``robfair.audit`` is the function robfair.audit.report.audit (a plain function, as users call it),
-# and ``robfair/audit/`` the package of the evaluation engine. Importing a package sets its name on
-# the parent *after* the package has run, so the binding is made here: the package is imported
-# (it is light: its exports are lazy), then the name is removed so that ``__getattr__`` below
-# returns the function. Submodules stay importable by name (``from robfair.audit import engine``,
-# ``from robfair.audit.engine import evaluate``); ``import robfair.audit.engine as E`` does not work.
-from . import audit as _audit_package  # noqa: E402,F401  (binds robfair.audit to the package first)
-
-del audit  # noqa: F821  (now robfair.audit resolves through __getattr__ to the function)
-
 _LAZY = {
-    "audit": ("robfair.audit.report", "audit"),
-    "AuditReport": ("robfair.audit.report", "AuditReport"),
-    "certify": ("robfair.certify", "certify"),
-    "CertifyReport": ("robfair.certify", "CertifyReport"),
+    "audit": ("robfair.auditing.audit_report", "audit"),
+    "AuditReport": ("robfair.auditing.audit_report", "AuditReport"),
+    "certify": ("robfair.certifying.run", "certify"),
+    "CertifyReport": ("robfair.certifying.certify_report", "CertifyReport"),
     "GroupReport": ("robfair.metrics", "GroupReport"),
     "Dataset": ("robfair.data", "Dataset"),
     "load_dataset": ("robfair.data", "load_dataset"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .audit import AuditReport
+from .auditing import AuditReport
 from .data import load_dataset
 from .report.plots import classwise_bars
 from .runfolder import AUDIT_FILE

@@ -22,7 +22,7 @@ The layout (``robfair train`` writes the first five, a sweep run adds the rest):
            /tensorboard/         TensorBoard events (when tracking asks for them)
 
 Ground floor: this module imports only :mod:`robfair.errors` and :mod:`robfair.utils` (no torch,
-no numpy); reading an ``audit.json`` into a report is ``robfair.audit.AuditReport.load(run.audit)``,
+no numpy); reading an ``audit.json`` into a report is ``robfair.auditing.AuditReport.load(run.audit)``,
 reading and writing checkpoints is ``robfair.models`` (at the paths given here). The output guard
 (:mod:`robfair.safeio`) recognises run folders with :func:`is_run_folder` / :func:`holds_results`.
 """

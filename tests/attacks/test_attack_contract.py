@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from robfair.attacks import ATTACKS, NEVER, STEP_UNKNOWN, eval_mode, get_attack, parse_attack_name
-from robfair.attacks.base import Attack
+from robfair.attacks.attack import Attack
 from robfair.errors import AttackError
 
 
@@ -182,8 +182,8 @@ def test_every_attack_registers_example_forms_that_parse():
 DUMMY = '''
 import torch
 
-from robfair.attacks.base import NORMS, Attack, check_choice, project
-from robfair.attacks.registry import ATTACKS
+from robfair.attacks.attack import NORMS, Attack, check_choice, project
+from robfair.attacks.names import ATTACKS
 
 
 @ATTACKS.register("dummy-noise", help="test only: seeded sign noise of size eps, projected",
@@ -248,8 +248,8 @@ def test_a_new_attack_with_its_own_stream_gets_the_stream_contract(monkeypatch, 
 DUMMY_GRAD = '''
 import torch
 
-from robfair.attacks.base import Attack, project
-from robfair.attacks.registry import ATTACKS
+from robfair.attacks.attack import Attack, project
+from robfair.attacks.names import ATTACKS
 
 
 @ATTACKS.register("dummy-step", help="test only: one signed gradient step", forms=("dummy-step",))

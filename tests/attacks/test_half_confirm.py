@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robfair.attacks import NEVER, PGD, get_attack
-from robfair.attacks.base import count_passes
+from robfair.attacks.attack import count_passes
 
 EPS = 0.03
 

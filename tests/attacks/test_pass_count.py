@@ -1,5 +1,5 @@
 """The attacks' passes through the model, counted where every attack calls it (``Attack.logits``):
-the audit's cost unit and the reliability probe's budget (robfair.attacks.base.count_passes)."""
+the audit's cost unit and the reliability probe's budget (robfair.attacks.attack.count_passes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from robfair.attacks import get_attack
-from robfair.attacks.base import GRADIENT_PASS_UNITS, count_passes
-from robfair.audit import evaluate
+from robfair.attacks.attack import GRADIENT_PASS_UNITS, count_passes
+from robfair.auditing import evaluate
 from robfair.data import Dataset
 
 

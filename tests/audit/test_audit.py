@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import robfair
-from robfair.audit import AuditReport, audit, sanity_warnings
+from robfair.auditing import AuditReport, audit, sanity_warnings
 from robfair.data import Dataset
 from robfair.errors import RobfairError
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from robfair.audit.distances import (DistanceReport, affine_params, boundary_distances, exact_linear_distance,
+from robfair.auditing.distances import (DistanceReport, affine_params, boundary_distances, exact_linear_distance,
                                linearized_margin, minimal_eps)
 from robfair.errors import ModelError
 

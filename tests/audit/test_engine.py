@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from robfair.audit import AuditReport, Outcomes, audit, evaluate, model_state
-from robfair.audit.distances import boundary_distances
-from robfair.audit.distributed import evaluate_sharded
-from robfair.audit.eps_sweep import eps_sweep
+from robfair.auditing import AuditReport, Outcomes, audit, evaluate, model_state
+from robfair.auditing.distances import boundary_distances
+from robfair.auditing.distributed import evaluate_sharded
+from robfair.auditing.eps_sweep import eps_sweep
 from robfair.data import Dataset
 from robfair.errors import DataError, RobfairError
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from robfair.audit import audit
-from robfair.audit.eps_sweep import EpsSweep, eps_sweep, parse_eps_range
+from robfair.auditing import audit
+from robfair.auditing.eps_sweep import EpsSweep, eps_sweep, parse_eps_range
 from robfair.errors import AttackError
 
 

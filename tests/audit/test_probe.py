@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from robfair.attacks.autoattack import AutoAttack, cascade
-from robfair.audit import audit
-from robfair.audit.probe import PROGRESS_STAGE, in_audit_record, parse_budget, parse_tolerance
+from robfair.auditing import audit
+from robfair.auditing.probe import PROGRESS_STAGE, in_audit_record, parse_budget, parse_tolerance
 from robfair.data import Dataset
 from robfair.errors import RobfairError
 
@@ -164,7 +164,7 @@ def test_the_probe_is_seeded_and_deterministic():
 
 
 def test_what_the_probe_compares():
-    from robfair.audit.probe import probe_attack
+    from robfair.auditing.probe import probe_attack
 
     assert probe_attack(["fgsm", "pgd20"]) == {"mode": "sampled", "reference": "autoattack",
                                                "compared": ["fgsm", "pgd20"], "why": ""}
@@ -176,7 +176,7 @@ def test_what_the_probe_compares():
 
 
 def test_the_screen_is_autoattacks_dlr_attack_and_the_rest_its_cascade():
-    from robfair.audit.probe import probe_stages
+    from robfair.auditing.probe import probe_stages
 
     assert probe_stages(10) == {"first": ["apgd-dlr"], "rest": ["apgd-ce", "apgd-t", "fab-t", "square"]}
     assert probe_stages(3) == {"first": ["apgd-ce"], "rest": ["fab", "square"]}  # AutoAttack's own < 4-class cascade

@@ -1,4 +1,4 @@
-"""The reliability probe's design (``robfair.audit.probe_design``), on simulated AutoAttack outcomes:
+"""The reliability probe's design (``robfair.auditing.probe_design``), on simulated AutoAttack outcomes:
 what it flags, what it states, where it spends, and the three rules each test pins (one-sided
 bounds, the multiplicity correction, the tolerance)."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from robfair.audit.probe_design import (FIRST, PRIOR_COST, REST, Design, Group, overall, random_orders, run_design,
+from robfair.auditing.probe_design import (FIRST, PRIOR_COST, REST, Design, Group, overall, random_orders, run_design,
                                         simulated_attack, waterfill)
 from robfair.metrics.stats import finite_population_bounds
 

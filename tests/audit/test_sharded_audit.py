@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from _shared import run_cli
-from robfair.audit.distributed import RankFailed, settle, shard_batches
+from robfair.auditing.distributed import RankFailed, settle, shard_batches
 from robfair.distributed import DistInfo
 
 #: per-run fields: wall times, and which ranks ran (the device string names this rank's device), the digests
@@ -118,7 +118,7 @@ def test_bisection_distances_of_a_batch_do_not_depend_on_the_batches_before(mode
     """What makes the sharded distances equal one process's: each batch's bisection draws from its
     own generator (seeded from its first sample's dataset index). The scheme before, one generator
     drawn across the batches in order, gives other distances to a rank that starts mid-way."""
-    from robfair.audit.distances import boundary_distances, minimal_eps
+    from robfair.auditing.distances import boundary_distances, minimal_eps
     from robfair.seeding import attack_generator
     from robfair.data import load_dataset
     from robfair.models import load_any
@@ -168,7 +168,7 @@ def test_autoattack_state_file_is_fresh_per_run(model_path, tmp_path):
     previous run's (never restoring it: a restored run returns clean inputs for samples fooled earlier)."""
     pytest.importorskip("pyautoattack")
     from robfair.attacks.autoattack import state_file
-    from robfair.audit.engine import evaluate
+    from robfair.auditing.engine import evaluate
     from robfair.data import load_dataset
     from robfair.models import load_any
 

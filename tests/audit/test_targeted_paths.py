@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from robfair.audit import audit
-from robfair.audit.distances import affine_params, exact_linear_distance, minimal_eps
-from robfair.audit.eps_sweep import eps_sweep
+from robfair.auditing import audit
+from robfair.auditing.distances import affine_params, exact_linear_distance, minimal_eps
+from robfair.auditing.eps_sweep import eps_sweep
 from robfair.errors import ConfigError
 
 
@@ -67,7 +67,7 @@ def test_targeted_bisection_finds_the_nearest_facet_exactly(linear5):
 
 def test_training_attacks_need_a_target_rule_and_use_it(linear5):
     from robfair.training.config import TrainConfig
-    from robfair.training.methods.base import build_attack
+    from robfair.training.methods.method import build_attack
 
     for bad in ("pgd10-t", "fgsm-cw-t"):
         with pytest.raises(ConfigError, match="without a target rule; name one: .*-trand") as e:

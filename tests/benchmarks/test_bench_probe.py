@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robfair.audit import probe_design
-from robfair.audit.probe_design import FIRST
+from robfair.auditing import probe_design
+from robfair.auditing.probe_design import FIRST
 from robfair.metrics.stats import finite_population_bounds
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_probe.py"
@@ -24,7 +24,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_probe.py"
 def bench(monkeypatch):
     """The script, loaded with the probe's shipped default budget (1x): tests/conftest.py turns the
     default off for every other test."""
-    monkeypatch.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_BUDGET", 1.0)
+    monkeypatch.setattr(importlib.import_module("robfair.auditing.probe"), "DEFAULT_BUDGET", 1.0)
     spec = importlib.util.spec_from_file_location("bench_probe", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_probe", mod)  # dataclasses look their module up there
@@ -107,7 +107,7 @@ def test_the_comparison_with_the_exact_run_counts_what_went_wrong(bench):
 
 
 def test_the_stages_are_named_from_the_probe(bench):
-    """The tables name the probe's real stages (robfair.audit.probe.probe_stages), not a fixed list."""
+    """The tables name the probe's real stages (robfair.auditing.probe.probe_stages), not a fixed list."""
     assert bench.stage_names(bench.probe_stages(10)) == {"first": "APGD-DLR", "rest": "APGD-CE + APGD-T + FAB-T + Square"}
     assert bench.stage_names(bench.probe_stages(3)) == {"first": "APGD-CE", "rest": "FAB + Square"}
     assert bench.WHERE[FIRST] == "the screen (APGD-DLR) finds it"

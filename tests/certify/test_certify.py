@@ -15,7 +15,7 @@ from scipy.stats import beta, binom, binomtest, norm
 from torch import nn
 
 from _shared import run_cli
-from robfair import certify as C
+from robfair import certifying as C
 from robfair.data import Dataset
 from robfair.errors import RobfairError
 
@@ -141,7 +141,7 @@ def test_abstains_when_the_top_class_is_a_coin_flip():
 
 
 # ---------------------------------------------------------------------------- Cohen et al.'s algorithm, draw for draw
-# The passes of every sample's noise, as documented (certify.py: seeded from (seed, dataset index, pass)):
+# The passes of every sample's noise, as documented (certifying/smoothing.py: seeded from (seed, dataset index, pass)):
 # 0 selects the top class, 1 estimates its probability, 2 is PREDICT. Spelled here, not read from the module,
 # so a change of the streams fails these tests instead of following them.
 SELECT, ESTIMATE, PREDICT = 0, 1, 2

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from _shared import run_cli
-from robfair import certify as C
+from robfair import certifying as C
 from robfair.data import Dataset
 from robfair.errors import RobfairError
 

@@ -55,7 +55,7 @@ def test_audit_command_json(demo_dir, tmp_path, capsys):
     assert set(d["reports"]) == {"fgsm", "pgd20", "worst-case"}
     assert d["meta"]["eps"] == pytest.approx(0.1)
     assert "worst" in stdout and "Do the groups differ" in stdout
-    from robfair.audit import AuditReport
+    from robfair.auditing import AuditReport
 
     rep = AuditReport.from_json(d)
     for name, r in rep.reports.items():

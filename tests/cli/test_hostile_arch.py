@@ -27,7 +27,7 @@ import robfair
 from _shared import run_cli
 from test_hostile import snapshot
 from test_hostile_models import one_line
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.models import NORMALIZATION_PRESETS, load_any
 
 AUDIT = ["audit", "--bootstrap", "0", "--attack", "fgsm", "--eps", "0.1", "--device", "cpu", "--probe", "0"]

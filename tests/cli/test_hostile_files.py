@@ -179,7 +179,7 @@ def test_compare_refuses_an_edited_outcomes_file(world, tmp_path, capsys):
 def test_compare_refuses_outcomes_that_contradict_audit_json(world, tmp_path, capsys):
     """The issue's case: outcomes rewritten through robfair (its seal is fresh) with every sample right;
     compare printed p=5e-113, beyond: yes for a +0.0 difference."""
-    from robfair.audit import Outcomes
+    from robfair.auditing import Outcomes
 
     run = _copy_run(world, "two", tmp_path / "two")
     o = Outcomes.load(run / "outcomes.npz")
@@ -198,7 +198,7 @@ def test_compare_refuses_outcomes_of_another_audit(world, tmp_path, capsys):
 
 
 def test_outcomes_of_other_samples_under_the_same_id_are_refused(world, tmp_path, capsys):
-    from robfair.audit import Outcomes
+    from robfair.auditing import Outcomes
 
     run = _copy_run(world, "two", tmp_path / "two")
     o = Outcomes.load(world.subset / "outcomes.npz")
@@ -229,7 +229,7 @@ def test_compare_says_when_runs_saw_other_samples_and_tests_them_unpaired(world,
 def test_older_files_without_fingerprints_keep_working(world, tmp_path, capsys):
     """An audit.json written before fingerprints (no audit_id / fingerprint; outcomes without id or
     seal) loads and pairs as before; without its outcomes compare says it has no fingerprint."""
-    from robfair.audit import Outcomes
+    from robfair.auditing import Outcomes
 
     runs = []
     for name in ("one", "two"):
@@ -363,7 +363,7 @@ def test_certify_refuses_impossible_draw_counts_up_front(world, tmp_path, capsys
 
 
 def test_certify_limit_in_python():
-    from robfair import certify
+    from robfair import certifying as certify
     from robfair.errors import ConfigError
 
     with pytest.raises(ConfigError, match="n=1000000000000 is beyond") as e:

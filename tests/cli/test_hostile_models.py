@@ -321,8 +321,8 @@ def test_hostile_model(name, template, needles, world, capsys, tmp_path, monkeyp
 
 def test_leaderboard_refuses_before_any_audit(world, capsys, monkeypatch):
     """The second model's fault is found before the first model's audit: no audit ever starts."""
-    report = importlib.import_module("robfair.audit.report")
-    engine = importlib.import_module("robfair.audit.distributed")  # what audit() evaluates through
+    report = importlib.import_module("robfair.auditing.audit_report")
+    engine = importlib.import_module("robfair.auditing.distributed")  # what audit() evaluates through
     calls = {"audit": 0, "evaluate": 0}
     real_audit, real_evaluate = report.audit, engine.evaluate
 
@@ -380,7 +380,7 @@ def test_float64_and_half_weights_just_work(dtype):
 def test_float64_torchscript_through_the_cli(world, capsys, tmp_path):
     code, out, err = run_cli(_argv(AUDIT + ["-m", "{root}/f64.ts"], world) + ["--out", str(tmp_path / "a.json")], capsys)
     assert code == 0, err
-    from robfair.audit import AuditReport
+    from robfair.auditing import AuditReport
 
     from robfair.models import load_any
 
@@ -483,7 +483,7 @@ def test_certify_refuses_the_all_nan_model_that_used_to_get_certificates():
 def test_the_first_batch_check_costs_no_extra_forward():
     """The check runs on the whole first batch and its logits are that batch's clean predictions:
     without attacks, one forward per batch, as before the check existed."""
-    from robfair.audit import evaluate
+    from robfair.auditing import evaluate
     from robfair.data import as_dataset
 
     calls = []
@@ -498,7 +498,7 @@ def test_the_first_batch_check_costs_no_extra_forward():
 def test_a_callable_attack_needs_no_input_gradient():
     """The gradient check applies to robfair's attacks only: a gradient-free attack of the user's
     own runs on a model without input gradients."""
-    from robfair.audit import evaluate
+    from robfair.auditing import evaluate
     from robfair.data import as_dataset
 
     class Frozen(Returns):
@@ -536,7 +536,7 @@ def test_arch_file_exiting_on_import_is_a_model_error(tmp_path, monkeypatch):
 
 
 def test_validate_model_passes_a_good_model_and_names_a_bad_one():
-    from robfair.audit import validate_model
+    from robfair.auditing import validate_model
     from robfair.data import as_dataset
 
     ds = as_dataset(_data())

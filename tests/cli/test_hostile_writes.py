@@ -179,7 +179,7 @@ def gated(tmp_path: Path) -> tuple[Path, dict]:
 
 # ---------------------------------------------------------------------------------------------- two writers
 def test_two_audits_on_one_out_the_second_is_refused_and_the_first_result_is_whole(slow, tmp_path):
-    from robfair.audit import AuditReport
+    from robfair.auditing import AuditReport
 
     out = tmp_path / "race" / "audit.json"
     gate, extra = gated(tmp_path)
@@ -468,7 +468,7 @@ def old_audit(slow, tmp_path, capsys):
 
 
 def test_ctrl_c_while_the_set_is_written_keeps_the_old_set(slow, old_audit, tmp_path, capsys, monkeypatch):
-    R = importlib.import_module("robfair.audit.report")  # robfair.audit is also the function
+    R = importlib.import_module("robfair.auditing.audit_report")  # robfair.audit is also the function
     out, before = old_audit
 
     def interrupted(path, obj):  # audit.json, after the plot and the sidecars were staged: Ctrl-C
@@ -490,7 +490,7 @@ def test_ctrl_c_while_the_set_is_written_keeps_the_old_set(slow, old_audit, tmp_
 @pytest.mark.parametrize("kind", [errno.EIO, errno.EACCES, errno.ENOSPC])
 def test_an_os_error_while_writing_a_member_names_it(kind, slow, old_audit, tmp_path, capsys, monkeypatch):
     """The system's error names no file (``write`` on a full disk, an I/O error): the line names the output."""
-    E = importlib.import_module("robfair.audit.engine")
+    E = importlib.import_module("robfair.auditing.outcomes")
     out, before = old_audit
 
     def failing(path, arrays):
@@ -531,7 +531,7 @@ def test_readers_check_the_sidecars_against_the_digests_in_audit_json(world, tmp
     would contradict audit.json), examples.npz is not used, with a warning."""
     import shutil
 
-    from robfair.audit import AuditReport
+    from robfair.auditing import AuditReport
     from robfair.errors import RobfairError
 
     for name in ("audit.json", "outcomes.npz", "examples.npz"):

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from _shared import StopAfterEpoch, Stop, run_cli
-from robfair.audit.probe import PROGRESS_STAGE
+from robfair.auditing.probe import PROGRESS_STAGE
 
 pytest.importorskip("pyautoattack")
 
@@ -65,7 +65,7 @@ def trained(tmp_path_factory):
     run = tmp_path_factory.mktemp("train") / "run"
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(importlib.import_module("robfair.audit.probe"), "DEFAULT_BUDGET", 0.0)  # as the test set-up
+        mp.setattr(importlib.import_module("robfair.auditing.probe"), "DEFAULT_BUDGET", 0.0)  # as the test set-up
         mp.setattr(cli_app._Bars.__init__, "__kwdefaults__", {**cli_app._Bars.__init__.__kwdefaults__, "min_gap": 0.0})
         # capsys is per test: this module-wide run captures its own output (rich writes to sys.stderr)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
@@ -177,7 +177,7 @@ def test_the_python_api_train_takes_the_probe_from_its_config(tmp_path):
     assert seen.stages[0] == "audit" and seen.stages[-1] == PROGRESS_STAGE  # the attacks' batches, then the probe
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["probe"] == 3.0
     assert TrainConfig(probe="all").probe == "all" and TrainConfig(probe="2x").probe == 2.0
-    assert math.isinf(importlib.import_module("robfair.audit.probe").parse_budget(TrainConfig(probe="all").probe))
+    assert math.isinf(importlib.import_module("robfair.auditing.probe").parse_budget(TrainConfig(probe="all").probe))
 
 
 # ------------------------------------------------------------------------------------ demo, leaderboard
@@ -195,7 +195,7 @@ def test_demo_passes_the_budget_to_both_models(tmp_path, capsys):
 
 @pytest.mark.parametrize("given, budget", [("all", math.inf), ("2x", 2.0), ("0", 0.0)])
 def test_leaderboard_passes_the_budget_to_each_models_audit(given, budget, model_path, tmp_path, capsys, monkeypatch):
-    report = importlib.import_module("robfair.audit.report")
+    report = importlib.import_module("robfair.auditing.audit_report")
     real, seen = report.audit, []
 
     def spy(*args, **kwargs):

@@ -187,7 +187,7 @@ def test_every_help_fits_80_columns_with_whole_option_names_and_short_metavars(c
 
 
 def test_probe_progress_lines_count_passes_with_rate_and_eta(capsys):
-    from robfair.audit.probe import PROGRESS_STAGE
+    from robfair.auditing.probe import PROGRESS_STAGE
 
     clock = Clock()
     bars = A._Bars(A._progress(), clock=clock)
@@ -203,7 +203,7 @@ def test_probe_progress_lines_count_passes_with_rate_and_eta(capsys):
 
 
 def test_probe_bar_names_its_unit_on_a_terminal(monkeypatch):
-    from robfair.audit.probe import PROGRESS_STAGE
+    from robfair.auditing.probe import PROGRESS_STAGE
 
     buf = io.StringIO()
     monkeypatch.setattr(A, "console", Console(file=buf, force_terminal=True, width=120))
@@ -223,9 +223,9 @@ def test_printed_warnings_keep_exactly_the_reported_lines_off_the_terminal_log(c
     import logging
     import sys
 
-    from robfair.audit.report import REPORTED
+    from robfair.auditing.audit_report import REPORTED
 
-    root, log = logging.getLogger(), logging.getLogger("robfair.audit.report")
+    root, log = logging.getLogger(), logging.getLogger("robfair.auditing.audit_report")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("LOG %(message)s"))
     root.addHandler(handler)

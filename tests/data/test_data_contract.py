@@ -123,8 +123,8 @@ def test_every_registered_dataset_keeps_the_contract(name, tmp_path, monkeypatch
 DUMMY = '''
 import torch
 
-from robfair.data.base import Dataset
-from robfair.data.registry import register_dataset
+from robfair.data.dataset import Dataset
+from robfair.data.loading import register_dataset
 
 
 @register_dataset("dummy-stripes", help="test only: 2-class stripes, generated", location="(generated)",

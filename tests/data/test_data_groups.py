@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from robfair.data import load_dataset, split_options, with_options
-from robfair.data.registry import parse_spec
+from robfair.data.loading import parse_spec
 from robfair.data.utkface import RACES, parse_age_bins, parse_name
 from robfair.errors import DataError
 

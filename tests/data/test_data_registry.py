@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robfair.data import DATASETS, describe_datasets, load_dataset
-from robfair.data.registry import parse_spec
+from robfair.data.loading import parse_spec
 from robfair.errors import DataError
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.cli import main
 from robfair.errors import RobfairError
 from robfair.experiments.compare import compare
@@ -131,7 +131,7 @@ def test_runs_named_by_folder_or_name(tmp_path, capsys):
     assert "Per class, each run vs trades" in capsys.readouterr().out
 
 def _paired_audit(y, clean, adv):
-    from robfair.audit import Outcomes
+    from robfair.auditing import Outcomes
 
     n = len(y)
     out = Outcomes(index=np.arange(n), y=y, group=y.copy(), clean_pred=clean, adv_pred={"pgd20": adv[None]},

@@ -19,7 +19,7 @@ from scipy.stats import binomtest
 from torch import nn
 
 from _shared import run_cli
-from robfair.audit.report import AuditReport
+from robfair.auditing.audit_report import AuditReport
 from robfair.errors import ConfigError
 
 HERE = Path(__file__).resolve()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from robfair.data.registry import split_options
+from robfair.data.loading import split_options
 from robfair.errors import ConfigError
 from robfair.experiments import load_study
 

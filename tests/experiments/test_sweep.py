@@ -62,7 +62,7 @@ def test_sweep_writes_run_folders_and_index(done_study):
         assert audit["meta"]["attacks"] == ["fgsm", "pgd20"] and audit["meta"]["eps"] == 0.1
         sw = json.loads((d / "eps_sweep.json").read_text())
         assert sw["schema"] == "robfair.eps-sweep/2" and sw["eps"] == [0.0, 0.1] and sw["attacks"] == ["fgsm", "pgd20"]
-        # the one eps sweep (robfair.audit.eps_sweep): the audit's clean outcomes, a monotone curve
+        # the one eps sweep (robfair.auditing.eps_sweep): the audit's clean outcomes, a monotone curve
         wc1 = sw["audits"][1]["reports"]["worst-case"]
         assert wc1["counts"]["clean"] == audit["reports"]["worst-case"]["counts"]["clean"]
         # eps = 0: nothing to attack, robust = clean

@@ -52,7 +52,7 @@ def test_forward_shape(name, kwargs, in_shape):
 DUMMY = '''
 from torch import nn
 
-from robfair.models.base import MODELS
+from robfair.models.parts import MODELS
 
 
 @MODELS.register("dummy-pool", help="test only: conv, global average pool, linear")

@@ -102,7 +102,7 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path, writer):
 
 def test_pickled_module_is_refused(tmp_path):
     torch.save(create("mlp", 3, (1, 4, 4)), tmp_path / "whole.pt")  # torch.save(model): pickled classes
-    with pytest.raises(ModelError, match=r"refusing to load .*pickled code \(robfair\.models\.base\.Normalized"):
+    with pytest.raises(ModelError, match=r"refusing to load .*pickled code \(robfair\.models\.parts\.Normalized"):
         load_checkpoint(tmp_path / "whole.pt")
 
 

@@ -77,7 +77,7 @@ def test_every_registered_model_keeps_the_contract(name, shape, kwargs, tmp_path
 DUMMY = '''
 from torch import nn
 
-from robfair.models.base import MODELS
+from robfair.models.parts import MODELS
 
 
 @MODELS.register("dummy-linear", help="test only: a linear layer", contract_shape=(1, 4, 4))

@@ -3,7 +3,7 @@
 import pytest
 
 from _shared import probe_problem
-from robfair.audit import audit
+from robfair.auditing import audit
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.metrics import GroupReport
 from robfair.report.tables import RunEntry
 from robfair.utils import write_json

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from robfair.audit import AuditReport, audit, examples_path
+from robfair.auditing import AuditReport, audit, examples_path
 from robfair.data import Dataset
 from robfair.report.html import amplified_perturbation, example_strip, write_report
 from robfair.report.tables import RunEntry

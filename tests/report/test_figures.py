@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.metrics import GroupReport
 from robfair.report import html as H
 from robfair.report import page as P

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.report import html as H
 from robfair.report import plots
 from robfair.report import reliability as rel

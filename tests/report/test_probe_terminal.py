@@ -10,7 +10,7 @@ import re
 
 from rich.console import Console
 
-from robfair.audit import AuditReport
+from robfair.auditing import AuditReport
 from robfair.report import reliability as rel
 from robfair.report.text import print_audit, print_demo
 

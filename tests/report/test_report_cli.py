@@ -77,7 +77,7 @@ def test_bad_report_input(case, runs, tmp_path, capsys):
 
 def test_report_accepts_bare_audit_files(tmp_path, capsys):
     """An audit.json written by the Python API (no run folder around it) and one with an eps sweep."""
-    from robfair.audit.eps_sweep import EpsSweep
+    from robfair.auditing.eps_sweep import EpsSweep
     from robfair.utils import write_json
 
     from reportkit import group_report

@@ -91,10 +91,10 @@ def test_the_training_attack_follows_the_base_through_one_helper():
 
     import robfair.training.methods as pkg
     from robfair.training.methods import METHODS
-    from robfair.training.methods.base import base_attack
+    from robfair.training.methods.method import base_attack
 
     for f in Path(pkg.__file__).parent.glob("*.py"):
-        if f.name != "base.py":
+        if f.name != "method.py":
             assert '"trades-kl" if' not in f.read_text(), f.name
     seen = set()
     for name in METHODS.names():

@@ -12,12 +12,12 @@ factory in :data:`ATTACKS` (see ``registry.py`` for what a registration states).
 """
 
 from ..registry import import_submodules
-from .registry import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
+from .names import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
 
 import_submodules(__name__, __path__)
 
 from .autoattack import AutoAttack  # noqa: E402
-from .base import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
+from .attack import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
 from .pgd import FGSM, PGD, Chunk
 from .trades import TradesKL
 

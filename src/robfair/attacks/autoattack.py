@@ -27,7 +27,7 @@ What the wrapper adds:
   cascade, each with the version's own settings (``standard``: APGD-CE 1 restart, APGD-T and
   FAB-T 9 targets, Square 5,000 queries); the official run attacks each stage's survivors with the
   next, so ``stages=[first]`` on every sample and then ``stages=[the rest]`` on its survivors is
-  the same cascade split over two calls (the reliability probe, :mod:`robfair.audit.probe`).
+  the same cascade split over two calls (the reliability probe, :mod:`robfair.auditing.probe`).
   :func:`cascade` lists a version's attacks for a number of classes. ``stages=["apgd-dlr"]`` runs
   the official untargeted DLR attack (APGD-DLR, part of the ``plus`` version's cascade) with the
   version's APGD settings (``standard``: 100 steps, 1 restart): the probe's cheap screen.
@@ -55,8 +55,8 @@ import torch
 from torch import nn
 
 from ..errors import AttackError
-from .base import NEVER, NORMS, STEP_UNKNOWN, Attack, AttackResult, check_choice, project
-from .registry import ATTACKS
+from .attack import NEVER, NORMS, STEP_UNKNOWN, Attack, AttackResult, check_choice, project
+from .names import ATTACKS
 
 log = logging.getLogger(__name__)
 

@@ -56,9 +56,9 @@ import torch
 from torch import nn
 
 from ..errors import AttackError
-from .base import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice, check_inputs,
+from .attack import (LOSSES, NEVER, NORMS, Attack, AttackResult, as_eps, ascent_step, check_choice, check_inputs,
                    eval_mode, per_sample_loss, project, random_start)
-from .registry import ATTACKS
+from .names import ATTACKS
 
 KEEPS = ("first-success", "last")
 TARGET_RULES = ("top", "random")

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import AttackError
-from .base import NORMS, Attack, as_eps, ascent_step, check_choice, noise, project
-from .registry import ATTACKS
+from .attack import NORMS, Attack, as_eps, ascent_step, check_choice, noise, project
+from .names import ATTACKS
 
 
 @ATTACKS.register("trades-kl", help="TRADES inner maximization of KL(f(x) || f(x')), 10 steps of eps/4",

@@ -116,13 +116,13 @@ class _Reported:
 def printed_warnings():
     """Around a command whose audits' warnings it prints itself (``print_audit``, ``print_demo``,
     the eps sweep's lines): the library's log copies of exactly those lines (marked
-    :data:`robfair.audit.report.REPORTED`) stay off the terminal's log handlers, so each warning
+    :data:`robfair.auditing.audit_report.REPORTED`) stay off the terminal's log handlers, so each warning
     shows once. If the command fails before printing them, the held lines are logged after all.
     Other records, other handlers (files) and the Python API's logging are untouched."""
     import logging
     import sys
 
-    from ..audit.report import REPORTED
+    from ..auditing.audit_report import REPORTED
 
     streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
     held = [(h, _Reported(REPORTED)) for h in logging.getLogger().handlers
@@ -176,7 +176,7 @@ class _Bars:
 
     def _unit(self, key: str) -> str:
         if key not in self.units:
-            from ..audit.probe import PROGRESS_STAGE
+            from ..auditing.probe import PROGRESS_STAGE
 
             self.units[key] = "passes" if key.endswith(PROGRESS_STAGE) else self.unit
         return self.units[key]
@@ -244,9 +244,9 @@ PROBE_TOLERANCE_OPTION = typer.Option(None, "--probe-tolerance", metavar="POINTS
 
 def probe_options(probe: Optional[str], probe_tolerance: Optional[float]) -> tuple:
     """``--probe`` and ``--probe-tolerance``, checked before anything is computed: the budget
-    (:func:`robfair.audit.probe.parse_budget`: a multiple, ``all`` = ``inf``, ``0`` off) and the
+    (:func:`robfair.auditing.probe.parse_budget`: a multiple, ``all`` = ``inf``, ``0`` off) and the
     tolerance as a fraction (the option takes points); None where the option was not given."""
-    from ..audit.probe import parse_budget
+    from ..auditing.probe import parse_budget
 
     budget = None if probe is None else parse_budget(probe, "--probe")
     if probe_tolerance is not None and not 0 <= probe_tolerance < 100:
@@ -344,13 +344,13 @@ def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, s
            seed, early_exit, precision, channels_last, bootstrap, out, plot, overwrite, allow_large_eps, groups,
            eps_sweep, distances, probe, probe_tolerance, examples, autoattack_state=None, dist=None,
            rank_device=None) -> None:
-    from ..audit import audit as run_audit
+    from ..auditing import audit as run_audit
     from ..attacks.autoattack import state_file
-    from ..audit.distributed import run_on_every_rank
+    from ..auditing.distributed import run_on_every_rank
     from ..data import load_dataset
-    from ..audit.engine import outcomes_path
-    from ..audit.examples import examples_path
-    from ..audit.eps_sweep import parse_eps_range
+    from ..runfolder import outcomes_path
+    from ..auditing.examples import examples_path
+    from ..auditing.eps_sweep import parse_eps_range
     from ..hardware import check_precision
     from ..report.text import print_audit
     from ..utils import check_image_eps, resolve_device
@@ -457,7 +457,7 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
         console.print(fit_table(console, _cell_table(main, title=f"per (group x class) cell, {main.attack}"), key_columns=2))
         console.print(_fairness_line(main))
     if sweep_values is not None:
-        from ..audit.eps_sweep import eps_sweep as run_sweep
+        from ..auditing.eps_sweep import eps_sweep as run_sweep
 
         with _progress() as p:
             sweep = run_sweep(net, ds, list(attacks), sweep_values, batch_size=batch_size, device=device, seed=seed,
@@ -473,7 +473,7 @@ def _audit_groups_sweep_distances(net, ds, rep, attacks: List[str], eps_value: f
         if rep.outcomes is not None:
             rep.outcomes.min_eps.update(sweep.outcomes.min_eps)
     if distances:
-        from ..audit.distances import boundary_distances
+        from ..auditing.distances import boundary_distances
 
         eps_max = max(2 * eps_value, max(sweep_values) if sweep_values else 0.0) or 8 / 255
         with _progress() as p:
@@ -588,8 +588,8 @@ def _audit_out(out: Optional[Path], *, model: str, split: str, overwrite: bool,
     checked = _audit_out_checked(path, model=model, split=split, overwrite=overwrite, data=data, groups=groups,
                                  claim=claim)
     if claim:
-        from ..audit.engine import outcomes_path
-        from ..audit.examples import examples_path
+        from ..runfolder import outcomes_path
+        from ..auditing.examples import examples_path
         from ..safeio import claim_outputs
 
         claim_outputs([outcomes_path(checked), examples_path(checked)], "--out")
@@ -656,7 +656,7 @@ def _parse_stats(text: Optional[str], what: str):
     import math
 
     from ..errors import ModelError
-    from ..models.base import NORMALIZATION_PRESETS, preset_key
+    from ..models.parts import NORMALIZATION_PRESETS, preset_key
 
     presets = ", ".join(NORMALIZATION_PRESETS)
     example = f"--{what} {'0.2471,0.2435,0.2616' if what == 'std' else '0.4914,0.4822,0.4465'} (one per channel)"

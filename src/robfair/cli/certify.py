@@ -102,7 +102,7 @@ def certify(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
 ) -> None:
     """Certify per class (group) with randomized smoothing: certified accuracy at radii with intervals, abstain rate, median radius."""
-    from .. import certify as C
+    from .. import certifying as C
     from ..data import load_dataset
     from .app import _check_classes, _model_label, load_model_arg
 

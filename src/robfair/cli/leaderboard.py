@@ -147,7 +147,7 @@ def leaderboard(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing page (HTML, Markdown, CSV tables)."),
 ) -> None:
     """Audit several models under the same attacks and rank them by worst-class robust accuracy (table + HTML page)."""
-    from ..audit import audit as run_audit, validate_model
+    from ..auditing import audit as run_audit, validate_model
     from ..data import load_dataset
     from ..models import with_normalization
     from ..report.html import write_report

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ..registry import import_submodules
 from .augment import random_crop_flip
-from .base import Dataset, stratified_split
+from .dataset import Dataset, stratified_split
 from .coerce import as_dataset, check_class_order, class_order, parse_class_map, subsample, with_class_order
-from .registry import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
+from .loading import (DATASETS, DatasetInfo, data_home, describe_datasets, load_dataset, register_dataset,
                        split_options, with_options)
 
 import_submodules(__name__, __path__)

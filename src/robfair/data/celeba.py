@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
+from .dataset import Dataset
 from .imagefolder import read_image
-from .registry import (candidate_dirs, not_found, option_choice, option_int, register_dataset,
+from .loading import (candidate_dirs, not_found, option_choice, option_int, register_dataset,
                        unknown_groups)
 
 DEFAULT_SIZE = 64

@@ -15,8 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
-from .registry import candidate_dirs, not_found, register_dataset
+from .dataset import Dataset
+from .loading import candidate_dirs, not_found, register_dataset
 
 
 class _Refused(pickle.UnpicklingError):

@@ -50,9 +50,9 @@ import torch.utils.data as tud
 
 from ..errors import DataError
 from ..utils import atomic_path
-from .base import Dataset
+from .dataset import Dataset
 from .coerce import subsample
-from .registry import SPLITS, data_home, option_int, register_dataset
+from .loading import SPLITS, data_home, option_int, register_dataset
 
 log = logging.getLogger(__name__)
 

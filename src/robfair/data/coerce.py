@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset as TorchDataset, TensorDataset
 
 from ..errors import DataError
 from ..safeio import load_yaml
-from .base import Dataset, channels_first
+from .dataset import Dataset, channels_first
 
 log = logging.getLogger(__name__)
 

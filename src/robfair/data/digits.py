@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset, stratified_split
-from .registry import register_dataset
+from .dataset import Dataset, stratified_split
+from .loading import register_dataset
 
 TEST_FRACTION = 0.25
 SPLIT_SEED = 0

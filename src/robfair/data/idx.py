@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
-from .registry import candidate_dirs, not_found, register_dataset
+from .dataset import Dataset
+from .loading import candidate_dirs, not_found, register_dataset
 
 # idx type codes -> big-endian numpy dtypes
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
-from .registry import option_int, register_dataset, unknown_groups
+from .dataset import Dataset
+from .loading import option_int, register_dataset, unknown_groups
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset, channels_first as _channels_first, stratified_split
-from .registry import DATASETS, option_float, option_int, parse_spec, register_dataset, split_options, with_options
+from .dataset import Dataset, channels_first as _channels_first, stratified_split
+from .loading import DATASETS, option_float, option_int, parse_spec, register_dataset, split_options, with_options
 
 LAYOUT = "keys x, y (optional g, classes, groups) or x_train, y_train, x_test, y_test"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset
-from .registry import candidate_dirs, not_found, register_dataset
+from .dataset import Dataset
+from .loading import candidate_dirs, not_found, register_dataset
 
 FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 

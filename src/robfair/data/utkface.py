@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Dataset, stratified_split
+from .dataset import Dataset, stratified_split
 from .imagefolder import read_image
-from .registry import (candidate_dirs, not_found, option_choice, option_float, option_int, register_dataset,
+from .loading import (candidate_dirs, not_found, option_choice, option_float, option_int, register_dataset,
                        unknown_groups)
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ BACKENDS = ("local", "slurm")
 #: imported once by the fork server, so a run's process starts in milliseconds; torch imports
 #: ``torch._dynamo`` lazily when the first optimizer is built (seconds) and the digits loader imports
 #: scikit-learn. Missing modules are skipped.
-PRELOAD = ("robfair.experiments.worker", "robfair.training", "robfair.audit", "robfair.data", "torch._dynamo",
+PRELOAD = ("robfair.experiments.worker", "robfair.training", "robfair.auditing", "robfair.data", "torch._dynamo",
            "torch.optim", "sklearn.datasets")
 
 

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..attacks import get_attack
 from ..data import DATASETS
-from ..data.registry import parse_spec
+from ..data.loading import parse_spec
 from ..errors import ConfigError, RobfairError, one_line
 from ..models.factory import check_model_args
 from ..runfolder import RunFolder

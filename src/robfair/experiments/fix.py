@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from ..attacks import get_attack
-from ..audit.report import AuditReport
+from ..auditing.audit_report import AuditReport
 from ..data import load_dataset
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError, RobfairError

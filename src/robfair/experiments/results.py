@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from ..audit import AuditReport
-from ..audit.eps_sweep import EpsSweep
+from ..auditing import AuditReport
+from ..auditing.eps_sweep import EpsSweep
 from ..errors import RobfairError
 from ..report.certify import read_certify
 from ..report.tables import RunEntry
@@ -45,7 +45,7 @@ def read_audit(path: str | Path) -> Any:
 
 
 def read_eps_sweep(path: str | Path) -> list[Any] | None:
-    """One AuditReport per radius of ``eps_sweep.json`` (an :class:`~robfair.audit.eps_sweep.EpsSweep`;
+    """One AuditReport per radius of ``eps_sweep.json`` (an :class:`~robfair.auditing.eps_sweep.EpsSweep`;
     None when absent); RobfairError when broken."""
     path = Path(path)
     if not path.exists():

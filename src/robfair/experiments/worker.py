@@ -5,7 +5,7 @@
 Reads ``RUN_DIR/run.yaml`` (the training config and audit settings the sweep wrote), claims the run in
 the index (when given), trains with ``resume=True`` (an interrupted run continues from
 ``checkpoints/last.pt``; a finished one only re-audits), audits the selected checkpoint, writes
-``audit.json`` + ``outcomes.npz`` (and ``eps_sweep.json``, :func:`robfair.audit.eps_sweep.eps_sweep`, when the
+``audit.json`` + ``outcomes.npz`` (and ``eps_sweep.json``, :func:`robfair.auditing.eps_sweep.eps_sweep`, when the
 study asks for robust accuracy vs eps), and closes
 the claim with the headline metrics. ``attempts.jsonl`` in the folder logs every attempt.
 
@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from .. import training  # called as training.train at run time, so the trainer can be swapped (tests do)
-from ..audit import AuditReport
-from ..audit.eps_sweep import eps_sweep
+from ..auditing import AuditReport
+from ..auditing.eps_sweep import eps_sweep
 from ..data import load_dataset
 from ..errors import RobfairError
 from ..runfolder import RunFolder

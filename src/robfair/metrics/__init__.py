@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from .counts import CATEGORIES, Counts
-from .report import RATES, SCHEMA, GroupReport, seed_summary, wilson
+from .groups import RATES, SCHEMA, GroupReport, seed_summary, wilson
 from .stats import chi2_contingency, dafa_rho, stratified_bootstrap
 
 __all__ = ["CATEGORIES", "Counts", "GroupReport", "RATES", "SCHEMA", "chi2_contingency", "dafa_rho", "seed_summary",

@@ -33,7 +33,7 @@ Resampling:
 - :func:`stratified_bootstrap`: its summary for the worst group, the gap and the average;
 - :func:`dafa_rho`: DAFA's rho, relative worst plus relative average improvement over a baseline.
 
-Users: :class:`~robfair.metrics.report.GroupReport` (by-group intervals, ``bootstrap``, ``chi2``,
+Users: :class:`~robfair.metrics.groups.GroupReport` (by-group intervals, ``bootstrap``, ``chi2``,
 ``rho``), ``report.tables`` (leaderboard rho, intervals of averages), ``report.html``, ``certify``,
 ``experiments.compare`` (every test and interval of a comparison) and ``audit.probe_design`` (the
 reliability probe's bounds).

@@ -1,4 +1,4 @@
-"""Notebook and ecosystem views shared by :class:`GroupReport` and :class:`robfair.audit.AuditReport`:
+"""Notebook and ecosystem views shared by :class:`GroupReport` and :class:`robfair.auditing.AuditReport`:
 ``_repr_html_`` (Jupyter), :meth:`aggregates_frame`, :meth:`plot` and :meth:`to_metricframe`."""
 
 from __future__ import annotations

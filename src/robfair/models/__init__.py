@@ -22,7 +22,7 @@ use (default ``(3, 16, 16)``, no arguments).
 from __future__ import annotations
 
 from ..registry import import_submodules
-from .base import MODELS, NORMALIZATION_PRESETS, Normalized, resolve_normalization, with_normalization
+from .parts import MODELS, NORMALIZATION_PRESETS, Normalized, resolve_normalization, with_normalization
 from .checkpoint import load_checkpoint, save_checkpoint
 from .factory import ModelInfo, check_model_data, count_flops, create, describe_models, unwrap_model
 from .sources import detect_format, load_any, model_classes

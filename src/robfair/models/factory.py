@@ -12,7 +12,7 @@ from torch.optim.swa_utils import AveragedModel
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..errors import ModelError
-from .base import MODELS, Normalized, channel_stats, resolve_normalization, check_in_shape, check_num_classes, fmt_shape
+from .parts import MODELS, Normalized, channel_stats, resolve_normalization, check_in_shape, check_num_classes, fmt_shape
 
 
 def _factory_kwargs(factory: Callable[..., nn.Module]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelError
-from .base import MODELS, dropout_rate, positive_int
+from .parts import MODELS, dropout_rate, positive_int
 
 
 def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:

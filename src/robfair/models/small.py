@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ModelError
-from .base import MODELS, dropout_rate, positive_int
+from .parts import MODELS, dropout_rate, positive_int
 
 
 @MODELS.register("mlp", help="Multilayer perceptron: flatten, hidden Linear+ReLU layers, linear head.")

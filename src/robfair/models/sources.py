@@ -40,7 +40,7 @@ from ..errors import ModelError
 from ..safeio import file_digest, input_file, read_text_capped, yaml_loads
 from ..utils import atomic_path
 from . import checkpoint as _ckpt
-from .base import own_module, with_normalization
+from .parts import own_module, with_normalization
 from .factory import create
 from .usercode import import_dotted, import_file
 

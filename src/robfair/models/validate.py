@@ -7,7 +7,7 @@ fault, not robfair's: :func:`check_model_output` turns each into one :class:`Mod
 names the model, what it returned or raised (its own message, one line) and what robfair expects.
 The audit engine runs it on the first batch of every evaluation (and reuses those logits for the
 batch's clean predictions, so it costs no extra forward), ``certify`` on its first samples, and
-``robfair leaderboard`` on every model before the first audit starts (:func:`robfair.audit.engine.
+``robfair leaderboard`` on every model before the first audit starts (:func:`robfair.auditing.engine.
 validate_model`).
 
 Everything that runs a user's model runs it through :func:`guarded` (:class:`UserModel`): what its
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError, RobfairError
-from .base import Normalized, copy_tags, fmt_shape, own_module
+from .parts import Normalized, copy_tags, fmt_shape, own_module
 from .factory import check_model_data
 
 #: what robfair does with a model, for the end of every message of this module

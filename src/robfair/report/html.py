@@ -9,7 +9,7 @@ figure that answers "which classes are weak, how much, and how sure" (robust acc
 then the tables, then one collapsible section per run (standard / boundary error split, eps curves,
 group x class heatmap, confusion matrices, training curves and the method's per-class state from
 metrics.jsonl, and the weakest class's example strip: clean, adversarial and amplified perturbation
-rows from the audit's examples.npz, when there is one; see :mod:`robfair.audit.examples`).
+rows from the audit's examples.npz, when there is one; see :mod:`robfair.auditing.examples`).
 
 Every label (run, class, method names, warnings) goes through Jinja2 autoescaping: a class named
 ``<script>`` is shown as text. Matplotlib math parsing is off, so ``$`` in a name is text too.

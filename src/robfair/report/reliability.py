@@ -22,7 +22,7 @@ _PREFIX = "reliability probe"
 
 
 def _verdict(rec: dict[str, Any]) -> str:
-    from ..audit.probe import verdict  # lazy: start-up time (the probe's module imports torch; the page needs none)
+    from ..auditing.probe import verdict  # lazy: start-up time (the probe's module imports torch; the page needs none)
 
     return verdict(rec)
 

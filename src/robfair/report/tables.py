@@ -41,7 +41,7 @@ class RunEntry:
     """One finished run as the report sees it."""
 
     name: str
-    audit: Any  # robfair.audit.AuditReport
+    audit: Any  # robfair.auditing.AuditReport
     group: str = ""
     seed: int | None = None
     config: dict[str, Any] = field(default_factory=dict)

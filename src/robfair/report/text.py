@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from ..audit.checks import model_state
+from ..auditing.checks import model_state
 from ..inert import term
 from . import reliability as rel
 

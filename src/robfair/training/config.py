@@ -38,19 +38,19 @@ ROBUST_SELECT = ("avg+worst", "avg-rob", "worst-rob")
 
 
 def probe_budget(value: Any, what: str = "probe") -> float | str:
-    """A reliability probe budget as a config file stores it (:func:`robfair.audit.probe.parse_budget`
+    """A reliability probe budget as a config file stores it (:func:`robfair.auditing.probe.parse_budget`
     reads every form: None the default, a multiple ``2`` / ``"2x"``, ``0`` / ``"off"``, ``"all"``): a
     float multiple, or ``"all"``. A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
-    from ..audit.probe import parse_budget  # lazy: start-up time (`robfair --help` loads this module, not torch)
+    from ..auditing.probe import parse_budget  # lazy: start-up time (`robfair --help` loads this module, not torch)
 
     budget = parse_budget(value, what)
     return "all" if math.isinf(budget) else budget
 
 
 def probe_fraction(value: Any, what: str = "probe tolerance") -> float:
-    """The probe's tolerance, a fraction (:func:`robfair.audit.probe.parse_tolerance`; None the
+    """The probe's tolerance, a fraction (:func:`robfair.auditing.probe.parse_tolerance`; None the
     default, 0.01 = 1 point). A bad value is a one-line :class:`~robfair.errors.RobfairError`."""
-    from ..audit.probe import parse_tolerance  # lazy: start-up time (`robfair --help` loads this module, not torch)
+    from ..auditing.probe import parse_tolerance  # lazy: start-up time (`robfair --help` loads this module, not torch)
 
     return parse_tolerance(value, what)
 
@@ -69,7 +69,7 @@ def _unless_none(parse: Any) -> Any:
 
 
 #: a config's reliability probe budget (training config, study audit block): a float multiple of the
-#: audit's attacks' compute, "all", or None (the default); read by robfair.audit.probe.parse_budget
+#: audit's attacks' compute, "all", or None (the default); read by robfair.auditing.probe.parse_budget
 ProbeBudget = Annotated[float | Literal["all"] | None, _unless_none(probe_budget)]
 #: a config's probe tolerance: a fraction (0.01 = 1 point) or None (the default)
 ProbeTolerance = Annotated[float | None, _unless_none(probe_fraction)]

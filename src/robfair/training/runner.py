@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..audit import audit
+from ..auditing import audit
 from ..data import load_dataset, stratified_split
 from ..data.npz import training_spec
 from ..errors import ConfigError, ModelError
@@ -153,7 +153,7 @@ def audit_hook(cfg: TrainConfig, attacks: Sequence[str], *, progress: Callable[[
     multiple of the audit's attacks' compute, default 1; ``"all"``: every robust sample; 0: off)
     and ``probe_tolerance=cfg.probe_tolerance``, read when the audit runs (the trainer fills them
     in: a resumed run's recorded ones, else the defaults). ``progress(stage, done, total)`` gets the
-    audit's progress (its batches, stage ``"audit"``, then :data:`robfair.audit.probe.PROGRESS_STAGE`
+    audit's progress (its batches, stage ``"audit"``, then :data:`robfair.auditing.probe.PROGRESS_STAGE`
     in units); ``options`` are further arguments of :func:`robfair.audit` (``batch_size=`` ...)."""
     attacks = list(attacks)
 

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from ..audit.engine import evaluate
+from ..auditing.engine import evaluate
 from ..data.augment import random_crop_flip
 from ..errors import ConfigError
 from ..hardware import channels_last as to_channels_last
@@ -60,7 +60,7 @@ from .. import distributed as D
 from .checkpointing import plain, rng_state, set_rng_state
 from .config import TrainConfig
 from .methods import Method, TrainContext, build_method
-from .methods.base import build_attack
+from .methods.method import build_attack
 from .optim import eps_warmup_scale, make_optimizer, make_scheduler
 from .selection import RATES as _RATES
 from .selection import Selection, val_summary
@@ -84,7 +84,7 @@ class Callback:
     def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None: ...
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None: ...
     #: the final audit's progress (``robfair.training.train(final_audit=[attacks])``): its batches
-    #: (stage ``"audit"``), then the reliability probe (:data:`robfair.audit.probe.PROGRESS_STAGE`, in units)
+    #: (stage ``"audit"``), then the reliability probe (:data:`robfair.auditing.probe.PROGRESS_STAGE`, in units)
     def on_audit_progress(self, stage: str, done: int, total: int) -> None: ...
     def on_train_end(self, result: "RunResult") -> None: ...
 

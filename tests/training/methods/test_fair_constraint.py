@@ -14,7 +14,7 @@ from robfair.errors import ConfigError
 from robfair.metrics import GroupReport
 from robfair.training import TrainConfig
 from robfair.training.methods import build_method
-from robfair.training.methods.base import TrainContext
+from robfair.training.methods.method import TrainContext
 
 
 def _ctx(num_classes=2):

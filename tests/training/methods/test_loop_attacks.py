@@ -6,7 +6,7 @@ import torch
 from robfair.errors import ConfigError
 from robfair.training import TrainConfig
 from robfair.training.methods import TrainContext
-from robfair.training.methods.base import DeviceAttack, build_attack
+from robfair.training.methods.method import DeviceAttack, build_attack
 
 
 class Spy:

@@ -98,7 +98,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from robfair.training.methods.base import METHODS, Method
+from robfair.training.methods.method import METHODS, Method
 
 
 @METHODS.register("dummy-reweight", help="test only: CE on adversarial inputs, class weights from validation")

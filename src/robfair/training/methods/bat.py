@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from ...attacks.base import as_eps, ascent_step, check_inputs, eval_mode, noise, project
+from ...attacks.attack import as_eps, ascent_step, check_inputs, eval_mode, noise, project
 from ...attacks.trades import TradesKL
 from ...errors import ConfigError
 from ..losses import per_class_sums, trades_kl
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 __all__ = ["BAT", "boundary_points"]
 

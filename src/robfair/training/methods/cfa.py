@@ -40,7 +40,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from ...errors import ConfigError
 from ...utils import parse_eps
 from ..losses import trades_kl, weighted_mean
-from .base import METHODS, Method, TrainContext, resolve_epoch
+from .method import METHODS, Method, TrainContext, resolve_epoch
 
 __all__ = ["CFA", "resolve_epoch", "worst_class_rob_acc", "cfa_trades_loss"]
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, weighted_mean
-from .base import METHODS, Method, TrainContext, resolve_epoch
+from .method import METHODS, Method, TrainContext, resolve_epoch
 
 log = logging.getLogger(__name__)
 

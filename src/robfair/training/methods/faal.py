@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, weighted_mean
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 log = logging.getLogger(__name__)
 

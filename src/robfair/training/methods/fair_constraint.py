@@ -45,7 +45,7 @@ from pydantic import Field
 
 from ...errors import ConfigError
 from ..losses import trades_kl
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 NOTIONS = ("accuracy-parity", "loss-parity", "equal-opportunity")
 

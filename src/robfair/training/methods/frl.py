@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from ...errors import ConfigError
-from .base import METHODS, TrainContext
+from .method import METHODS, TrainContext
 from .trades import TRADES
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field
 
-from ...attacks.base import noise
-from .base import METHODS, Method, TrainContext
+from ...attacks.attack import noise
+from .method import METHODS, Method, TrainContext
 
 
 @METHODS.register("gaussian-aug", help="cross-entropy on x + N(0, sigma^2) noise, for randomized smoothing (Cohen)",

@@ -46,7 +46,7 @@ from ...errors import ConfigError, RobfairError
 from ...utils import parse_eps
 from ..losses import (class_balanced_weights, focal_loss, ldam_loss, ldam_margins, logit_adjusted_ce, trades_kl,
                       weighted_mean)
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 __all__ = ["LongTailAT", "CostSensitiveAT", "ResampleAT", "FocalAT", "ClassBalancedAT", "LDAMAT",
            "LogitAdjustAT", "ClassEpsAT", "class_balanced_weights", "ldam_margins", "focal_loss"]

@@ -16,7 +16,7 @@ import torch
 from pydantic import Field
 
 from ..losses import mart_loss
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 __all__ = ["MART", "mart_loss"]
 

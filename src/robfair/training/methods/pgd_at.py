@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 
 @METHODS.register("pgd-at", help="cross-entropy on PGD adversarial examples (Madry)", aliases=("at", "madry"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 
 @METHODS.register("standard", help="cross-entropy on clean inputs (ST)", aliases=("st", "natural"))

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, trades_loss, weighted_mean
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 __all__ = ["TRADES", "weighted_mean"]
 

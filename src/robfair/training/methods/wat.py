@@ -38,7 +38,7 @@ from pydantic import Field
 
 from ...errors import ConfigError
 from ..losses import per_class_sums, trades_kl
-from .base import METHODS, Method, TrainContext
+from .method import METHODS, Method, TrainContext
 
 
 def report_costs(report: Any, cost: str, beta: float) -> tuple[np.ndarray, float]:

@@ -6,7 +6,7 @@
 
 Outcomes hold predictions, not images, and keeping every adversarial input of an audit would cost
 gigabytes; so the images are *regenerated*: the few batches that hold the chosen samples are run
-again through :func:`robfair.audit.engine.evaluate` with the audit's seed, batch size, precision
+again through :func:`robfair.auditing.engine.evaluate` with the audit's seed, batch size, precision
 and memory format. The engine seeds each batch's attack generator from the batch itself, so the
 replayed batches reproduce the audit's adversarial inputs, and :func:`weakest_examples` checks it:
 every regenerated prediction must equal the one recorded in the outcomes, otherwise no examples
@@ -40,7 +40,8 @@ import torch
 from ..errors import RobfairError
 from ..utils import to_jsonable
 from ..runfolder import EXAMPLES_FILE, examples_path  # noqa: F401 - the audit's side files are the run folder's
-from .engine import Outcomes, evaluate, npz_header, read_npz, write_npz
+from .engine import evaluate
+from .outcomes import Outcomes, npz_header, read_npz, write_npz
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def weakest_examples(model: torch.nn.Module, dataset: Any, outcomes: Outcomes, e
                      precision: str = "fp32", channels_last: bool | None = None,
                      early_exit: bool = True) -> Examples | None:
     """The weakest class's examples of an evaluation ``outcomes`` of ``dataset`` (made by
-    :func:`robfair.audit.engine.evaluate` with the same ``eps``, ``batch_size``, ``seed``,
+    :func:`robfair.auditing.engine.evaluate` with the same ``eps``, ``batch_size``, ``seed``,
     ``precision``, ``channels_last`` and ``early_exit``). ``attacks``: the attack objects or names
     that evaluation ran, in its order (default: the names in the outcomes).
 

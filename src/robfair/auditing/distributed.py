@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 4 -m robfair audit -m best.pt --data cifar10 -a pgd20 --out runs/a
 
-:func:`evaluate_sharded` is :func:`robfair.audit.engine.evaluate` spread over the ranks of a process
+:func:`evaluate_sharded` is :func:`robfair.auditing.engine.evaluate` spread over the ranks of a process
 group (:mod:`robfair.distributed`: NCCL on CUDA, gloo on CPU). How it keeps the result
 equal to one process:
 
@@ -13,7 +13,7 @@ equal to one process:
 - **The same random starts.** The engine seeds each attack's generator per batch from (seed,
   attack name, dataset index of the batch's first sample), so a batch draws the same starts on
   whichever rank runs it (AutoAttack included: its seed is drawn from that generator).
-- **The distances too.** :func:`robfair.audit.distances.boundary_distances` with ``dist`` shards
+- **The distances too.** :func:`robfair.auditing.distances.boundary_distances` with ``dist`` shards
   the same whole batches (its bisection seeds each batch like the engine) and gathers through
   :func:`gather_parts`.
 - **One join.** Every rank gathers every part (``all_gather_object``) and joins them with
@@ -46,7 +46,8 @@ import torch.distributed as torch_dist  # not `dist`: that is the DistInfo argum
 from ..distributed import DistInfo
 from ..errors import RobfairError
 from .checks import outcome_warnings
-from .engine import Outcomes, evaluate, sample_order
+from .engine import evaluate, sample_order
+from .outcomes import Outcomes
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def run_on_every_rank(fn, info: DistInfo):
 
 def evaluate_sharded(model: Any, dataset: Any, attacks: Sequence[Any], eps: Any, *, dist: DistInfo | None = None,
                      indices: Any = None, batch_size: int = 256, progress: Any = None, **kwargs: Any) -> Outcomes:
-    """:func:`robfair.audit.engine.evaluate` over the ranks of ``dist`` (None or one rank: this
+    """:func:`robfair.auditing.engine.evaluate` over the ranks of ``dist`` (None or one rank: this
     process alone), joined into the outcomes of all samples (``indices``: those items, in that
     order, cut into batches). Other keywords go to ``evaluate``. See the module docstring."""
     info = dist or _single()

@@ -1,5 +1,5 @@
 """The reliability probe's design: which audit-robust samples AutoAttack attacks, round by round,
-and what may be said once it stops. Pure numpy, no model: :mod:`robfair.audit.probe` runs it
+and what may be said once it stops. Pure numpy, no model: :mod:`robfair.auditing.probe` runs it
 against a model, ``benchmarks/bench_probe.py`` against simulated outcomes (the same code).
 
 **The quantity.** Only a sample the audit's attacks left robust can be overstated. In a group
@@ -10,7 +10,7 @@ accuracy the audit claims beyond AutoAttack's.
 **The design.** Each group's robust samples are put in a seeded random order; AutoAttack only
 ever attacks a *prefix* of that order, so every prefix is a simple random sample without
 replacement of the group's robust samples. AutoAttack runs in two stages
-(:func:`robfair.audit.probe.probe_stages`):
+(:func:`robfair.auditing.probe.probe_stages`):
 
 - ``first``: a cheap screen (AutoAttack's APGD-DLR: 100 gradient steps, about five PGD-20s) on
   the first ``m1`` samples of each group;
@@ -45,7 +45,7 @@ robust sample attacked by the whole cascade (budget ``"all"``) ``lower = upper =
 AutoAttack per group.
 
 **Budget.** In the audit's own units: one sample through the model forward is 1, forward plus
-input gradient 2 (:data:`robfair.attacks.base.GRADIENT_PASS_UNITS`); the audit's attacks' total
+input gradient 2 (:data:`robfair.attacks.attack.GRADIENT_PASS_UNITS`); the audit's attacks' total
 is the unit of ``budget`` (default 1: at most as much compute as the audit's attacks took).
 """
 
@@ -356,7 +356,7 @@ def overall(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def run_design(design: Design, attack_round) -> Design:
     """Drive ``design`` to its end: ``attack_round(stage, plan) -> (fooled per group, units)``
-    runs one round (the model in :mod:`robfair.audit.probe`, a simulation in the benchmark)."""
+    runs one round (the model in :mod:`robfair.auditing.probe`, a simulation in the benchmark)."""
     while True:
         nxt = design.next_round()
         if nxt is None:

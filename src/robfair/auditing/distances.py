@@ -379,7 +379,7 @@ def boundary_distances(
     index of the batch's first sample, in a ``"bisection"`` stream of its own), so a batch's
     distances do not depend on the batches before it. ``dist``: a joined process group's
     :class:`~robfair.distributed.DistInfo` (torchrun): the rank runs whole batches
-    ``rank, rank + world_size, ...`` (:func:`robfair.audit.distributed.shard_batches`), the parts
+    ``rank, rank + world_size, ...`` (:func:`robfair.auditing.distributed.shard_batches`), the parts
     are gathered, and every rank returns the report one process would."""
     if method not in (*METHODS, "auto"):
         raise ConfigError(f"unknown distance method {method!r}; choose one of: auto, {', '.join(METHODS)}")

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from ..errors import AttackError
 from ..registry import Registry
-from .base import Attack
+from .attack import Attack
 
 ATTACKS: Registry[Callable[..., Attack]] = Registry("attack", AttackError)
 

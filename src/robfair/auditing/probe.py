@@ -9,7 +9,7 @@ official package), class by class:
 - **Only a sample the audit left robust can be overstated.** The overstatement of class c is the
   share of c's samples that are robust under the audit's attacks (the worst case over those of
   AutoAttack's norm) but not under AutoAttack. The probe attacks those samples only, stratified
-  per class, in a seeded random order, in rounds (:mod:`robfair.audit.probe_design`), in two stages
+  per class, in a seeded random order, in rounds (:mod:`robfair.auditing.probe_design`), in two stages
   (:func:`probe_stages`): a cheap screen on many, AutoAttack's untargeted DLR attack (APGD-DLR,
   official, as cheap as APGD-CE and finding what a cross-entropy PGD does not try), then
   AutoAttack's whole cascade (APGD-CE, APGD-T, FAB-T, Square) on the screen's survivors once the
@@ -22,7 +22,7 @@ official package), class by class:
   probability ``>= 1 - alpha``, 95% by default); a class is flagged when its lower bound exceeds
   the tolerance (default 1 point). The corrected robust accuracy (the audit's minus the estimate,
   with the interval the bounds give) is what the audit should have said.
-- **Its cost, in the audit's own units** (:data:`robfair.attacks.base.GRADIENT_PASS_UNITS`:
+- **Its cost, in the audit's own units** (:data:`robfair.attacks.attack.GRADIENT_PASS_UNITS`:
   passes through the model, a gradient pass counting 2). ``budget`` is a multiple of what the
   audit's attacks took (default 1: at most as much again); ``math.inf`` (``--probe all``) runs the
   whole cascade on every robust sample, which is exactly AutoAttack per class.
@@ -47,7 +47,7 @@ import numpy as np
 
 from ..attacks import get_attack
 from ..attacks.autoattack import SCREEN, AutoAttack, cascade, load_backend
-from ..attacks.base import count_passes
+from ..attacks.attack import count_passes
 from ..errors import RobfairError
 from .checks import WORST_CASE
 from .distributed import evaluate_sharded

@@ -14,7 +14,7 @@ import torch
 from ..data import Dataset
 from ..data.coerce import default_names, as_dataset, check_class_order, class_order, with_class_order
 from ..errors import DataError
-from ..models.base import with_normalization
+from ..models.parts import with_normalization
 from ..models.sources import model_classes
 from ..models.validate import guarded
 

@@ -8,7 +8,7 @@
     sweep.outcomes.min_eps["sweep:pgd20"]    # per sample, the smallest radius that fooled it
 
 This is the one eps-sweep implementation (the CLI's ``--eps-sweep`` and a study's
-``audit.eps_sweep`` both run it); the loop is :func:`robfair.audit.engine.evaluate` with a list of
+``audit.eps_sweep`` both run it); the loop is :func:`robfair.auditing.engine.evaluate` with a list of
 radii. How it saves work (each point is still an ordinary :class:`~robfair.metrics.GroupReport`):
 
 - the clean forward pass is done once per batch and shared by every radius;
@@ -46,7 +46,7 @@ from ..metrics import GroupReport
 from ..utils import parse_eps
 from .checks import WORST_CASE
 from .distributed import evaluate_sharded
-from .report import REPORTED, AuditReport
+from .audit_report import REPORTED, AuditReport
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def _check_eps_values(eps_values: Sequence[Any]) -> list[float]:
 class EpsSweep:
     """One :class:`GroupReport` per radius (``eps`` increasing) for the headline attack (the only
     attack, or the worst case over several); ``audits`` holds every attack's report per radius as an
-    :class:`~robfair.audit.AuditReport`, ``outcomes`` the per-sample outcomes (when computed here)."""
+    :class:`~robfair.auditing.AuditReport`, ``outcomes`` the per-sample outcomes (when computed here)."""
 
     attack: str
     eps: list[float]
@@ -201,7 +201,7 @@ def eps_sweep(
     intervals). See the module docstring for what is shared and why skipping samples already fooled
     at a smaller radius is sound (``monotone=True``). ``dist``: a joined process group's
     :class:`~robfair.distributed.DistInfo` (torchrun): the batches are spread over the
-    ranks and every rank returns one process's sweep (:mod:`robfair.audit.distributed`)."""
+    ranks and every rank returns one process's sweep (:mod:`robfair.auditing.distributed`)."""
     values = _check_eps_values(eps_values)
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")

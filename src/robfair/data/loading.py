@@ -28,7 +28,7 @@ import torch
 from ..errors import DataError
 from ..registry import Registry
 from ..utils import input_file
-from .base import Dataset
+from .dataset import Dataset
 from .coerce import subsample
 
 Loader = Callable[[Path | None, str], Dataset]

@@ -5,13 +5,13 @@
     report["pgd20"].by_class   # one attack
     report.to_frame()          # every attack, long format
     report.warnings            # sanity checks and the reliability probe
-    report.outcomes            # per-sample outcomes (robfair.audit.Outcomes)
-    report.examples            # a few of the weakest class's clean / adversarial images (robfair.audit.examples)
+    report.outcomes            # per-sample outcomes (robfair.auditing.Outcomes)
+    report.examples            # a few of the weakest class's clean / adversarial images (robfair.auditing.examples)
     report.save("runs/x/audit.json")   # audit.json + outcomes.npz + examples.npz beside it, one atomic set
 
-The evaluation itself is :func:`robfair.audit.engine.evaluate` (one clean pass per batch shared by
+The evaluation itself is :func:`robfair.auditing.engine.evaluate` (one clean pass per batch shared by
 every attack; ``early_exit`` stops spending steps on samples already fooled, same outcome). Every
-audit then runs the reliability probe (:mod:`robfair.audit.probe`: official AutoAttack on the
+audit then runs the reliability probe (:mod:`robfair.auditing.probe`: official AutoAttack on the
 samples the audit left robust, within ``probe`` times the audit's compute) unless ``probe=0``.
 """
 
@@ -40,7 +40,7 @@ from ..utils import parse_eps, to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
 from .distributed import evaluate_sharded
-from .engine import Outcomes, outcomes_path
+from .outcomes import Outcomes, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
 
@@ -73,7 +73,7 @@ class AuditReport(ReportViews):
     reports: dict[str, GroupReport]
     warnings: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
-    #: the reliability probe's record (``{"skipped": reason}`` when none ran); see robfair.audit.probe
+    #: the reliability probe's record (``{"skipped": reason}`` when none ran); see robfair.auditing.probe
     probe: dict[str, Any] | None = None
     #: per-sample outcomes (not in audit.json; ``save`` writes them to outcomes.npz beside it)
     outcomes: Outcomes | None = field(default=None, repr=False, compare=False)
@@ -346,7 +346,7 @@ def audit(
     precision: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"`` autocast inside the attack and forward.
     channels_last: run the model in channels-last memory format (faster convolutions, same
         predictions); None (default): on for models with 2-D convolutions.
-    probe: the reliability probe's budget (:mod:`robfair.audit.probe`): official AutoAttack on the
+    probe: the reliability probe's budget (:mod:`robfair.auditing.probe`): official AutoAttack on the
         samples ``attacks`` left robust, stratified per group, at most ``probe`` times the compute
         the audit's attacks took (None: 1; ``"all"``: every robust sample through the whole
         cascade, which is exactly AutoAttack per group; 0: off). It states per group how much the
@@ -359,12 +359,12 @@ def audit(
     classes: the model's class names in output order; the dataset's labels are re-indexed to it by
         name. Without it, class names stored with the model (``load_any``) must equal the dataset's.
     examples: how many of the weakest class's samples to keep as clean / adversarial images for the
-        report (``report.examples``, saved as examples.npz; :mod:`robfair.audit.examples`): the one or
+        report (``report.examples``, saved as examples.npz; :mod:`robfair.auditing.examples`): the one or
         two batches holding them are attacked again with the audit's seed (the strongest attack only)
         and must reproduce the recorded predictions; 0: none.
     dist: a :class:`robfair.distributed.DistInfo` of a joined process group (torchrun): each
         rank evaluates its whole batches (the probe included) and every rank returns the same
-        report, equal to one process's (:mod:`robfair.audit.distributed`); None: this process alone.
+        report, equal to one process's (:mod:`robfair.auditing.distributed`); None: this process alone.
     """
     model, dataset = audit_inputs(model, dataset, mean=mean, std=std, classes=classes)
     order = audit_class_order(model, dataset, classes)

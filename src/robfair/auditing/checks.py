@@ -7,7 +7,7 @@
 - a collapsed model (one predicted class for every sample) or one at chance level (clean accuracy
   not above 1/K): its per-group "gaps" measure the collapse, not robustness, and are named so.
 
-The reliability probe (AutoAttack on a stratified sample, :mod:`robfair.audit.probe`) is the
+The reliability probe (AutoAttack on a stratified sample, :mod:`robfair.auditing.probe`) is the
 check for masking that these cannot see.
 """
 
