@@ -130,6 +130,24 @@ def _expanded_size(obj: Any, limit: int) -> int:
         sys.setrecursionlimit(old)
 
 
+def read_yaml_file(path: str | os.PathLike, what: str, *, missing: str = "check the path",
+                   folder: str = "pass a .yaml file") -> Any:
+    """The one YAML file reader (study files, training configs): :func:`yaml_loads` of the capped text,
+    every failure one :class:`ConfigError` line naming ``what``, the file and the fix (a missing file:
+    ``missing``; a folder: ``folder``; a syntax error: its line)."""
+    p = Path(path).expanduser()
+    try:
+        return yaml_loads(read_text_capped(p, what, error=ConfigError), f"{what} {str(p)!r}")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {str(p)!r} does not exist; {missing}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {str(p)!r} is a folder; {folder}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{what} {str(p)!r} is not valid YAML{at}; fix the syntax") from None
+
+
 def yaml_loads(text: str, what: str = "YAML", *, error: type[RobfairError] = ConfigError,
                max_items: int = YAML_MAX_ITEMS) -> Any:
     """``yaml.safe_load(text)`` with the alias limits; YAML syntax errors are ``yaml.YAMLError``

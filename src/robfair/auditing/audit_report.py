@@ -36,10 +36,11 @@ from ..metrics.views import ReportViews
 from .inputs import audit_class_order, audit_inputs
 from ..runfolder import audit_file, audit_target
 from ..safeio import ResultSet, matches_digest, read_json
-from ..utils import parse_eps, to_jsonable, write_json
+from ..utils import to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
 from .distributed import evaluate_sharded
+from .engine import dataset_eps
 from .outcomes import Outcomes, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
@@ -290,21 +291,6 @@ def _written_with(path: Path, d: dict, side: Path) -> bool:
     return True
 
 
-def _as_eps(eps: Any, n: int) -> float | torch.Tensor:
-    """The audit radius, parsed and validated once: a float, or an (n,) float tensor on the CPU."""
-    if isinstance(eps, np.ndarray):
-        eps = torch.as_tensor(eps)
-    if isinstance(eps, torch.Tensor):
-        if eps.ndim == 0:
-            return parse_eps(float(eps))
-        if eps.ndim != 1 or eps.numel() != n:
-            raise AttackError(f"a per-sample epsilon needs one value per sample ({n}), got shape {tuple(eps.shape)}")
-        if not torch.isfinite(eps).all() or (eps < 0).any():
-            raise AttackError("per-sample epsilon has negative or non-finite values; pass values >= 0")
-        return eps.detach().float().cpu()
-    return parse_eps(eps)
-
-
 #: what ``audit()`` takes as data (see :func:`robfair.data.as_dataset`)
 DataLike = Union["Dataset", tuple, list, "torch.utils.data.Dataset", "torch.utils.data.DataLoader"]
 
@@ -378,7 +364,7 @@ def audit(
     tolerance = _probe.parse_tolerance(probe_tolerance)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise RobfairError(f"examples must be a sample count >= 0, got {examples!r}; 0 keeps no example images")
-    eps_v = _as_eps(eps, len(dataset))
+    eps_v = dataset_eps(eps, len(dataset))
     out = evaluate_sharded(model, dataset, attacks, eps_v, dist=dist, batch_size=batch_size, device=device, seed=seed,
                            precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
     names = out.attacks

@@ -56,7 +56,7 @@ from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..models.validate import check_input_gradient, check_model_output, guarded, nonfinite_error
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.auditing.attack_seed
-from ..utils import resolve_device
+from ..utils import parse_eps, resolve_device
 from .checks import outcome_warnings
 from .outcomes import NOT_FOOLED, WORST_CASE, Outcomes
 
@@ -172,21 +172,36 @@ def sample_order(indices: Any, n: int) -> np.ndarray:
     return order
 
 
-def _check_eps(eps: Any, n: int) -> float | torch.Tensor | list[float]:
-    """What the entry points pass down: a float, an (n,) tensor, or an increasing list of floats."""
+def dataset_eps(eps: Any, n: int) -> float | torch.Tensor:
+    """A dataset's radius, parsed and checked once where it enters (:func:`robfair.audit`, the engine's
+    other callers): a float (``0.1``, ``"8/255"``), or an ``(n,)`` float tensor on the CPU, one value per
+    dataset item (numpy arrays and 0-d tensors accepted). The one place of the per-sample message;
+    what it returns is trusted below it (the engine, the attacks' :func:`as_eps` per batch)."""
+    if isinstance(eps, np.ndarray):
+        eps = torch.as_tensor(eps)
     if isinstance(eps, torch.Tensor):
+        if eps.ndim == 0:
+            return parse_eps(float(eps))
         if eps.ndim != 1 or eps.numel() != n:
             raise AttackError(f"a per-sample epsilon needs one value per sample ({n}), got shape {tuple(eps.shape)}")
-        return eps
+        if not torch.isfinite(eps).all() or (eps < 0).any():
+            raise AttackError("per-sample epsilon has negative or non-finite values; pass values >= 0")
+        return eps.detach().float().cpu()
+    return parse_eps(eps)
+
+
+def _check_eps(eps: Any, n: int) -> float | torch.Tensor | list[float]:
+    """What the entry points pass down: a radius (:func:`dataset_eps`: a float or an (n,) tensor) or, for
+    a sweep, an increasing list of floats."""
     if isinstance(eps, (list, tuple)):
         vals = [float(e) for e in eps]
         if not vals or vals != sorted(vals) or len(set(vals)) != len(vals):
             raise AttackError(f"sweep radii {vals} must be non-empty, increasing and distinct")
         return vals
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise AttackError(f"epsilon must be a parsed non-negative number here, got {eps!r}; "
-                          "parse it with robfair.utils.parse_eps where it enters")
-    return float(eps)
+    if isinstance(eps, torch.Tensor) and eps.ndim == 1 and eps.numel() == n and eps.device.type == "cpu" \
+            and eps.dtype == torch.float32:
+        return eps  # dataset_eps's own result: trusted, not checked again
+    return dataset_eps(eps, n)
 
 
 def evaluate(

@@ -53,7 +53,7 @@ from ..data.loading import parse_spec
 from ..errors import ConfigError, RobfairError, one_line
 from ..models.factory import check_model_args
 from ..runfolder import RunFolder
-from ..safeio import read_text_capped, yaml_loads
+from ..safeio import read_text_capped, read_yaml_file, yaml_loads
 from ..training import TrainConfig
 from ..training.config import ProbeBudget, ProbeTolerance
 from ..utils import parse_eps
@@ -275,16 +275,8 @@ def config_differences(a: RunSpec, b: RunSpec) -> list[str]:
 def load_study(path: str | Path, **overrides: Any) -> StudyConfig:
     """Read a study YAML (``yaml.safe_load``); ``overrides`` replace top-level keys (e.g. ``out``)."""
     p = Path(path).expanduser()
-    try:
-        data = yaml_loads(read_text_capped(p, "study file", error=ConfigError), f"study file {str(p)!r}")
-    except FileNotFoundError:
-        raise ConfigError(f"study file {str(p)!r} does not exist; check the path (studies/ holds the shipped ones)") from None
-    except IsADirectoryError:
-        raise ConfigError(f"study file {str(p)!r} is a folder; pass a .yaml file such as studies/frl-table.yaml") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"study file {str(p)!r} is not valid YAML{at}; fix the syntax") from None
+    data = read_yaml_file(p, "study file", missing="check the path (studies/ holds the shipped ones)",
+                          folder="pass a .yaml file such as studies/frl-table.yaml")
     if data is None:
         raise ConfigError(f"study file {str(p)!r} is empty; write at least 'name:' and 'base:'")
     if isinstance(data, dict):

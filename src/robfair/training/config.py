@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from ..errors import AttackError, ConfigError, RobfairError, one_line
 from ..runfolder import RunFolder
-from ..safeio import read_text_capped, yaml_loads
+from ..safeio import read_yaml_file
 from ..utils import parse_eps
 
 log = logging.getLogger(__name__)
@@ -323,14 +323,7 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = RunFolder(p).config
-    try:
-        data = yaml_loads(read_text_capped(p, "config file", error=ConfigError), f"config file {str(p)!r}") or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML{at}; fix the syntax") from None
+    data = read_yaml_file(p, "config file", folder="pass a .yaml file or a run folder") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping of keys to values; write 'key: value' lines")
     data.pop(RUN_INFO_KEY, None)

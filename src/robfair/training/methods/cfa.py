@@ -40,7 +40,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from ...errors import ConfigError
 from ...utils import parse_eps
 from ..losses import trades_kl, weighted_mean
-from .method import METHODS, Method, TrainContext, resolve_epoch
+from .method import METHODS, BasedOptions, Method, resolve_epoch, TrainContext
 
 __all__ = ["CFA", "resolve_epoch", "worst_class_rob_acc", "cfa_trades_loss"]
 
@@ -67,9 +67,7 @@ def worst_class_rob_acc(report: Any) -> float:
 class CFA(Method):
     """CFA on a TRADES or PGD-AT base; see the module docstring for the rules."""
 
-    class Options(Method.Options):
-        base: Literal["trades", "pgd-at"] = Field("trades", description="the adversarial training CFA calibrates")
-        beta: float = Field(6.0, ge=0, description="TRADES beta before calibration")
+    class Options(BasedOptions):  # base, beta (TRADES's, before calibration)
         lambda1: float | None = Field(None, ge=0, description="CCM offset; None: 0.3 (trades) or 0.5 (pgd-at)")
         lambda2: float = Field(0.5, ge=0, description="CCR offset")
         ccm: bool = Field(True, description="class-wise eps from train robust accuracy")

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, weighted_mean
-from .method import METHODS, Method, TrainContext, resolve_epoch
+from .method import METHODS, BasedOptions, Method, resolve_epoch, TrainContext
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,7 @@ def dafa_weights(sim: torch.Tensor, lam: float = 1.0, rule: str = "paper") -> to
 class DAFA(Method):
     """DAFA on a TRADES or PGD-AT base; see the module docstring for the rule."""
 
-    class Options(Method.Options):
-        base: Literal["trades", "pgd-at"] = Field("trades", description="the adversarial training DAFA reweights")
-        beta: float = Field(6.0, ge=0, description="TRADES beta (trades base)")
+    class Options(BasedOptions):  # base, beta
         lam: float = Field(1.0, ge=0, description="DAFA's lambda: the scale of the weight shifts")
         warmup: float = Field(0.64, ge=0, description="epochs before the weights are set (tau); < 1: a fraction "
                                                       "of the run (0.64: the official 70 of 110)")
@@ -107,8 +105,7 @@ class DAFA(Method):
     # ------------------------------------------------------------------ the batch loss
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "dafa needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)  # eps_y = W_y eps
+        x_adv = self.adversarial(model, x, y, ctx)  # eps_y = W_y eps
         logits = model(x) if self.options.base == "trades" else None
         logits_adv = model(x_adv)
         ctx.record(logits_adv, y)

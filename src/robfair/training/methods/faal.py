@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, weighted_mean
-from .method import METHODS, Method, TrainContext
+from .method import METHODS, BasedOptions, Method, TrainContext
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,8 @@ def softmax_margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 class FAAL(Method):
     """FAAL; see the module docstring for the rule."""
 
-    class Options(Method.Options):
+    class Options(BasedOptions):  # beta; base defaults to pgd-at here
         base: Literal["pgd-at", "trades"] = Field("pgd-at", description="the per-sample loss FAAL reweights")
-        beta: float = Field(6.0, ge=0, description="TRADES beta (base trades; official 6)")
         rho: float = Field(0.5, ge=0, description="radius of the KL ball KL(u || q) <= rho (official --scale 0.5)")
         class_loss: Literal["margin", "ce"] = Field(
             "margin", description="per-class loss the worst case is taken over: softmax margin on x' (official) or "
@@ -126,8 +125,7 @@ class FAAL(Method):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "faal needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        x_adv = self.adversarial(model, x, y, ctx)
         logits_adv = model(x_adv)
         ctx.record(logits_adv, y)
         k = ctx.num_classes

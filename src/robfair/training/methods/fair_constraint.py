@@ -264,8 +264,8 @@ class FairAdversarial(FairConstraint):
     from the TRADES KL attack. The dual step uses robust accuracy (or robust TPR) on validation."""
 
     class Options(FairConstraint.Options):
-        inner: Literal["pgd", "trades"] = Field("pgd", description="inner maximization: PGD (CE) or TRADES (KL)")
         beta: float = Field(6.0, ge=0, description="TRADES weight of the KL term (inner: trades)")
+        inner: Literal["pgd", "trades"] = Field("pgd", description="inner maximization: PGD (CE) or TRADES (KL)")
 
     name = "fair-adversarial"
     sources = {"method": "Tran et al. 2022: the fairness constraint on adversarial examples"}
@@ -274,8 +274,7 @@ class FairAdversarial(FairConstraint):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "fair-adversarial needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        x_adv = self.adversarial(model, x, y, ctx)
         if self.options.inner == "pgd":
             logits_adv = model(x_adv)
             ctx.record(logits_adv, y)

@@ -46,7 +46,7 @@ from ...errors import ConfigError, RobfairError
 from ...utils import parse_eps
 from ..losses import (class_balanced_weights, focal_loss, ldam_loss, ldam_margins, logit_adjusted_ce, trades_kl,
                       weighted_mean)
-from .method import METHODS, Method, TrainContext
+from .method import METHODS, Method, TradesOptions, TrainContext
 
 __all__ = ["LongTailAT", "CostSensitiveAT", "ResampleAT", "FocalAT", "ClassBalancedAT", "LDAMAT",
            "LogitAdjustAT", "ClassEpsAT", "class_balanced_weights", "ldam_margins", "focal_loss"]
@@ -65,10 +65,9 @@ class LongTailAT(Method):
     Subclasses change ``per_sample_loss`` (the label term), ``class_weights`` and/or ``class_eps``,
     and compute what they need from the class counts in ``setup``."""
 
-    class Options(Method.Options):
+    class Options(TradesOptions):
         base: Literal["pgd-at", "trades"] = Field(
             "pgd-at", description="pgd-at: loss on PGD examples; trades: loss on clean + beta * KL")
-        beta: float = Field(6.0, ge=0, description="TRADES weight of the KL term (base: trades only)")
         reduction: Literal["weighted-mean", "mean"] = Field(
             "weighted-mean", description="divide the weighted sum by the sum of weights, or by the batch size")
 
@@ -119,9 +118,8 @@ class LongTailAT(Method):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, f"{self.name} needs a training attack"
         self._ensure()
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        x_adv = self.adversarial(model, x, y, ctx)
         w = self.class_weights()
         wy = None if w is None else w.to(y.device)[y]
         red = self.options.reduction

@@ -35,10 +35,6 @@ class MART(Method):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "mart needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
-        logits = model(x)
-        logits_adv = model(x_adv)
-        ctx.record(logits_adv, y)
+        logits, logits_adv = self.clean_and_adversarial(model, x, y, ctx)
         w = self.class_weights()
         return mart_loss(logits, logits_adv, y, self.options.beta, None if w is None else w.to(y.device)[y])

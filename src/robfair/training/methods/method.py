@@ -4,13 +4,13 @@ A method is one class in one file, registered with one line::
 
     @METHODS.register("my-method", help="one line shown by `robfair methods`")
     class MyMethod(Method):
-        class Options(Method.Options):          # validated from the config's `method_options`
-            beta: float = Field(6.0, ge=0)
+        class Options(TradesOptions):           # validated from the config's `method_options`
+            gamma: float = Field(1.0, ge=0)       # (TradesOptions: beta; BasedOptions: base + beta)
 
         default_attack = "pgd10"                # the training attack when the config names none
 
         def loss(self, model, x, y, g, ctx):
-            x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+            x_adv = self.adversarial(model, x, y, ctx)   # the training attack, each sample at sample_eps(y)
             logits = model(x_adv)
             ctx.record(logits, y)               # counted as training accuracy (optional)
             return F.cross_entropy(logits, y, weight=self.class_weights())
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...attacks import ATTACKS, get_attack, parse_attack_name, require_target_rule
 from ...errors import ConfigError, RobfairError, one_line
@@ -233,6 +233,23 @@ class Method:
             return self.ctx.eps
         return ce.to(y.device)[y]
 
+    def adversarial(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: TrainContext) -> torch.Tensor:
+        """``x'``: the run's training attack on the batch, each sample at its own radius :meth:`sample_eps`
+        with the epoch's generator (the one preamble every adversarial method's ``loss`` starts with)."""
+        if ctx.attack is None:
+            raise ConfigError(f"{self.name} needs a training attack but attack is 'none'; set attack "
+                              f"(e.g. {self.default_attack or 'pgd10'})")
+        return ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+
+    def clean_and_adversarial(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                              ctx: TrainContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(f(x), f(x'))`` with ``x'`` from :meth:`adversarial`; the adversarial logits are recorded as
+        the training accuracy (robust accuracy on the training batch), as MART and WAT report it."""
+        x_adv = self.adversarial(model, x, y, ctx)
+        logits, logits_adv = model(x), model(x_adv)
+        ctx.record(logits_adv, y)
+        return logits, logits_adv
+
     # ------------------------------------------------------------------ epoch hooks
     def epoch_order(self, labels: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor | None:
         """The epoch's sample indices (class re-sampling), or None (default) for the trainer's shuffle.
@@ -278,6 +295,19 @@ class Method:
         if e is not None:
             out["class_eps"] = [float(v) for v in e.detach().cpu()]
         return out
+
+
+class TradesOptions(Method.Options):
+    """TRADES's one option, declared once: every TRADES-based method's ``Options`` derives from it."""
+
+    beta: float = Field(6.0, ge=0, description="TRADES beta: weight of the KL (boundary) term (official 6)")
+
+
+class BasedOptions(TradesOptions):
+    """A method that adjusts a TRADES or PGD-AT base (CFA, DAFA, FAAL, ...): which base, and TRADES's beta
+    when it is TRADES. Set ``base_option = "base"`` on the method so its training attack follows it."""
+
+    base: Literal["trades", "pgd-at"] = Field("trades", description="the adversarial training the method adjusts")
 
 
 def build_method(name: str, options: "Method.Options | dict[str, Any] | None" = None) -> Method:

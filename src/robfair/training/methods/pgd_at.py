@@ -21,8 +21,7 @@ class PGDAT(Method):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "pgd-at needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        x_adv = self.adversarial(model, x, y, ctx)
         logits = model(x_adv)
         ctx.record(logits, y)
         return F.cross_entropy(logits, y, weight=self.class_weights())

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ..losses import trades_kl, trades_loss, weighted_mean
-from .method import METHODS, Method, TrainContext
+from .method import METHODS, Method, TradesOptions, TrainContext
 
 __all__ = ["TRADES", "weighted_mean"]
 
@@ -27,8 +27,7 @@ class TRADES(Method):
     ``normalization`` picks how weighted terms are normalized (``robfair.training.losses.trades_loss``).
     A TRADES-like method is a subclass overriding those hooks (see ``frl.py``)."""
 
-    class Options(Method.Options):
-        beta: float = Field(6.0, ge=0, description="weight of the KL (boundary) term; FRL uses 1 to 6")
+    class Options(TradesOptions):
         normalization: Literal["ratio", "mean-k", "joint"] = Field(
             "ratio", description="ratio: sum w CE/sum w + beta sum w KL/sum w; mean-k: mean(K w CE) + beta "
                                  "mean(K w KL); joint: sum(w_n CE + beta w_b KL)/sum(w_n + w_b)")
@@ -47,8 +46,7 @@ class TRADES(Method):
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "trades needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
+        x_adv = self.adversarial(model, x, y, ctx)
         logits = model(x)
         ctx.record(logits, y)
         w_nat, w_bndy = self.class_weights(), self.boundary_weights()

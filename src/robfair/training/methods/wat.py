@@ -38,7 +38,7 @@ from pydantic import Field
 
 from ...errors import ConfigError
 from ..losses import per_class_sums, trades_kl
-from .method import METHODS, Method, TrainContext
+from .method import METHODS, Method, TradesOptions, TrainContext
 
 
 def report_costs(report: Any, cost: str, beta: float) -> tuple[np.ndarray, float]:
@@ -64,8 +64,7 @@ def report_costs(report: Any, cost: str, beta: float) -> tuple[np.ndarray, float
 class WAT(Method):
     """WAT; see the module docstring for the rule and the reconstructed choices."""
 
-    class Options(Method.Options):
-        beta: float = Field(6.0, ge=0, description="TRADES beta (training loss and the trades-01 cost)")
+    class Options(TradesOptions):
         eta: float = Field(0.1, gt=0, description="Hedge learning rate on the cumulative costs")
         cost: Literal["trades-surrogate", "trades-01", "rob-err"] = Field(
             "trades-surrogate", description="per-class validation cost: trades-surrogate (official: re-attack "
@@ -108,11 +107,7 @@ class WAT(Method):
     # ------------------------------------------------------------------ the batch loss
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
              ctx: TrainContext) -> torch.Tensor:
-        assert ctx.attack is not None, "wat needs a training attack"
-        x_adv = ctx.attack(model, x, y, self.sample_eps(y), generator=ctx.generator)
-        logits = model(x)
-        logits_adv = model(x_adv)
-        ctx.record(logits_adv, y)
+        logits, logits_adv = self.clean_and_adversarial(model, x, y, ctx)
         ce = F.cross_entropy(logits, y, reduction="none")
         kl = trades_kl(logits, logits_adv)
         s = self.class_weights().to(y.device)[y]
