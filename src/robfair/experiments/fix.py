@@ -94,8 +94,9 @@ class FixResult:
                 "comparison": self.comparison.to_json()}
 
     def markdown(self) -> str:
-        return to_markdown(self.tables(), title=f"robfair fix: {self.settings.get('method')} on "
-                                                f"{self.settings.get('model')}", intro=intro_text(self.summary, self.settings))
+        src = (self.settings.get("source") or {}).get("path") or self.settings.get("model")
+        return to_markdown(self.tables(), title=f"robfair fix: {self.settings.get('method')} on {src}",
+                           intro=intro_text(self.summary, self.settings))
 
 
 # ================================================================================ the config
@@ -345,10 +346,20 @@ def summarize(cmp: Comparison, before: AuditReport, after: AuditReport, *, alpha
         "cost": {"clean_points": 100 * clean_cost, "robust_avg_points": 100 * rob_cost, "worst_gain_points": 100 * gain,
                  "per_worst_point": per_point},
         "probe": {"before": (before.probe or {}).get("verdict"), "after": (after.probe or {}).get("verdict")},
+        "probe_class": {"before": _probe_of(before, focus), "after": _probe_of(after, focus)},
         "alpha": alpha, "notes": list(cmp.notes),
     }
     summary["verdict"] = verdict_line(summary)
     return summary
+
+
+def _probe_of(rep: AuditReport, group: str) -> dict[str, Any] | None:
+    """The reliability probe's word on one class: flagged or not, and AutoAttack's corrected estimate of its
+    robust accuracy with the upper bound (None without a probe record for it)."""
+    g = ((rep.probe or {}).get("per_group") or {}).get(group)
+    if not isinstance(g, dict):
+        return None
+    return {"flagged": bool(g.get("flagged")), "corrected": g.get("corrected_robust_acc"), "hi": g.get("corrected_hi")}
 
 
 def _pts(v: float | None) -> str:
@@ -367,6 +378,12 @@ def verdict_line(s: dict[str, Any]) -> str:
                      f"bootstrap p {p_text(w['p'], w.get('p_resolution') or math.nan)})")
     parts.append(f"average robust {_pts(ra.get('diff'))} points (p {p_text(ra.get('p', math.nan))}), clean "
                  f"{_pts(ca.get('diff'))} points (p {p_text(ca.get('p', math.nan))})")
+    for side in ("before", "after"):
+        pr = (s.get("probe_class") or {}).get(side)
+        if pr and pr["flagged"] and pr.get("corrected") is not None:
+            parts.append(f"the reliability probe flags class {c['class']} {side}: AutoAttack puts its robust accuracy "
+                         f"at {pct(pr['corrected'])}% (at most {pct(pr['hi'])}%), below the attacks' "
+                         f"{pct(c[side])}%")
     pp = cost.get("per_worst_point")
     if pp is not None:
         parts.append(f"per worst-class point gained: {_given(pp['clean'])} clean and {_given(pp['robust_avg'])} average "
@@ -419,6 +436,14 @@ def summary_table(s: dict[str, Any]) -> Table:
     rows = [row(f"robust, class {c['class']} (weakest before)", c, c["p_holm"]), row("robust, worst class", s["worst"]),
             row("robust, average", s["robust_avg"]), row("clean, average", s["clean_avg"]),
             row("robust, gap (best - worst)", s["gap"])]
+    pb, pa = (s.get("probe_class") or {}).get("before"), (s.get("probe_class") or {}).get("after")
+    if pb or pa:
+        def est(pr: dict[str, Any] | None) -> str:
+            if not pr or pr.get("corrected") is None:
+                return "-"
+            return f"{pct(pr['corrected'])} (≤ {pct(pr['hi'])}{', flagged' if pr['flagged'] else ''})"
+        rows.append([f"robust, class {c['class']}, AutoAttack-corrected (probe)", est(pb), est(pa), "-", "-",
+                     "reliability probe"])
     cost = s["cost"]
     pp = cost.get("per_worst_point")
     note = (f"Percent; difference = after - before in points [interval]. Weakest before: "
