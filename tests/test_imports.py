@@ -71,3 +71,41 @@ def test_the_check_finds_an_unexplained_import(tmp_path):
     assert unexplained_imports(f, tmp_path) == ["mod.py:5: import json",
                                                 "mod.py:19: import csv  # lazy: cycle (refused reason)",
                                                 "mod.py:25: import csv (refused reason)"]
+
+
+def test_no_module_over_500_lines_without_its_reason():
+    """Issue 24: one job per file; a module over 500 lines says in its docstring why it must be one."""
+    long = []
+    for p in sorted(SRC.rglob("*.py")):
+        text = p.read_text()
+        n = text.count("\n") + 1
+        if n > 500:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if "Why one module" not in doc:
+                long.append(f"{p.relative_to(SRC)} ({n} lines)")
+    assert long == []
+
+
+def test_every_import_points_down_a_package_never_imports_a_higher_one():
+    """The floors of docs/architecture.md, checked on the top-level imports (a package's own modules aside):
+    a module may import only packages on floors below its own."""
+    floors = {"errors": 1, "inert": 1, "seeding": 1, "registry": 2, "charts": 2, "provenance": 2, "attacks": 3,
+              "utils": 4, "metrics": 5, "distributed": 5, "runfolder": 5, "hardware": 5, "safeio": 6, "data": 7,
+              "models": 7, "auditing": 8, "theory": 8, "training": 9, "report": 9, "certifying": 9,
+              "experiments": 10, "demo": 10, "cli": 11, "__main__": 12}
+    bad = []
+    for p in sorted(SRC.rglob("*.py")):
+        rel = p.relative_to(SRC)
+        here = rel.parts[0].removesuffix(".py")
+        if here == "__init__" or here not in floors:
+            continue
+        tree = ast.parse(p.read_text())
+        for node in tree.body:  # module level only: lazy imports are checked above for their reasons
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target_parts = list(rel.parts[:len(rel.parts) - node.level]) + (node.module or "").split(".")
+                target = next((t.removesuffix(".py") for t in target_parts if t), None)
+                if target is None or target == here or target not in floors:
+                    continue
+                if floors[target] >= floors[here]:
+                    bad.append(f"{rel}: from {'.' * node.level}{node.module or ''} (floor {floors[here]} -> {floors[target]})")
+    assert bad == []

@@ -44,6 +44,9 @@ Training semantics (``keep="last"``)
     checks and the final forward. With several runs, per sample the first run whose last iterate
     fools (else the highest score). ``early_exit`` is refused: it would freeze samples at their
     first success.
+
+Why one module (619 lines): FGSM and PGD share the step, the projection and the streaming machinery
+that refills the active batch.
 """
 
 from __future__ import annotations

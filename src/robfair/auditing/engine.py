@@ -32,6 +32,9 @@ attack call, :func:`run_attack`, so they share:
 ``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`); here it is a
 float, a per-sample tensor (one value per dataset item), or, for a sweep, an increasing list of
 floats (``radii``).
+
+Why one module (522 lines): evaluate, its refill passes and the attack call are one algorithm: THE
+loop every audit, sweep and validation runs.
 """
 
 from __future__ import annotations

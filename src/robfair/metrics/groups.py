@@ -14,6 +14,9 @@ robust error), ``bndy_err = P[c and not a]``, so ``rob_err = std_err + bndy_err`
 computed from integer counts (:class:`~robfair.metrics.counts.Counts`), never from differences of
 rounded rates. ``compat_bndy_err`` = clean acc - adv acc is the FRL code's definition, kept only for
 comparison: it goes negative when the attack "repairs" clean mistakes.
+
+Why one module (512 lines): GroupReport is one class: its constructors, rates, aggregates, bootstrap
+and JSON.
 """
 
 from __future__ import annotations

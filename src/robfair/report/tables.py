@@ -12,6 +12,9 @@ Layouts: ``summary`` (CFA / DAFA: clean and robust average / worst, gap, DAFA's 
 baseline, Pareto front), ``frl`` (FRL: average and worst-class standard, boundary and robust error),
 ``benz-clean`` / ``benz-robust`` (Benz: accuracy per class, one table per class list), ``seeds``
 (seed spread), ``eps`` (robust accuracy vs eps, when runs have an eps sweep), ``warnings``.
+
+Why one module (672 lines): every table layout (summary, FRL, Benz, leaderboard, probe) groups runs
+the same way and formats intervals the same way, and the layouts are read side by side.
 """
 
 from __future__ import annotations

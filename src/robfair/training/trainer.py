@@ -25,6 +25,9 @@ The run folder (``cfg.out``; None trains in memory and writes nothing), written 
     checkpoints/best.pt    the selected model (EMA weights when ``cfg.ema``) with its validation summary
     metrics.jsonl          one JSON object per epoch
     audit.json             ``final_audit(best_model, test)`` when both are given
+
+Why one module (515 lines): the loop, its resume state and its checkpoint writes change together: a
+resume is bit-identical only while they agree.
 """
 
 from __future__ import annotations

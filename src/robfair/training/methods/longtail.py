@@ -29,6 +29,9 @@ radius ``sample_eps(y)``: margins and logit offsets shape the training loss, not
 Per-class training counts ``n_k`` (class-balanced, LDAM, logit adjustment, re-sampling) come from the
 trainer (``ctx.extra["train_counts"]``) or from the ``counts`` option. Everything a resumed run needs
 is in ``state_dict``; the per-class quantities land in ``metrics.jsonl`` through ``epoch_state``.
+
+Why one module (550 lines): the long-tail baselines (Benz et al.'s seven) are each a few lines on
+one shared base, LongTailAT, and its class-count options.
 """
 
 from __future__ import annotations
