@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .auditing import AuditReport
 from .data import load_dataset
 from .report.plots import classwise_bars
 from .runfolder import AUDIT_FILE
 from .safeio import ResultSet
-from .training import TrainConfig, train
+from .training import ProgressCallback, TrainConfig, train
 from .utils import write_json
 
 DEMO_ATTACKS = ("fgsm", "pgd20")
@@ -40,34 +40,6 @@ class DemoResult:
     attack_label: str = "worst case of " + " and ".join(DEMO_ATTACKS)
     summary_lines: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
-
-class _ProgressCallback:
-    """Trainer callback -> the CLI's (stage, done, total) progress function."""
-
-    def __init__(self, label: str, progress: Callable[[str, int, int], None] | None) -> None:
-        self.label, self.progress = label, progress
-        self.epochs = 0
-
-    def on_train_start(self, trainer: Any) -> None:
-        self.epochs = trainer.cfg.epochs
-        self._report("epochs", 0, self.epochs)
-
-    def on_batch(self, epoch: int, batch: int, num_batches: int) -> None:
-        self._report(f"epoch {epoch + 1} train", batch + 1, num_batches)
-
-    def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None:
-        self._report(f"epoch {epoch + 1} validation", batch + 1, num_batches)
-
-    def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
-        self._report("epochs", epoch + 1, self.epochs)
-
-    def on_audit_progress(self, stage: str, done: int, total: int) -> None:
-        self._report("audit" if stage == "audit" else f"audit: {stage}", done, total)
-
-    def _report(self, stage: str, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress(f"{self.label}: {stage}", done, total)
 
 
 def demo_config(name: str, method: str, *, out: Path, eps: float, epochs: int, seed: int, device: str,
@@ -97,7 +69,7 @@ def run_demo(out: str | Path = "runs/demo", *, eps: float = 0.1, epochs: int = 3
     for name, label, method in DEMO_RUNS:
         cfg = demo_config(name, method, out=out, eps=eps, epochs=epochs, seed=seed, device=device, probe=probe,
                           probe_tolerance=probe_tolerance)
-        result = train(cfg, callbacks=[_ProgressCallback(label, progress)], final_audit=list(DEMO_ATTACKS),
+        result = train(cfg, callbacks=[ProgressCallback(progress, label=label)], final_audit=list(DEMO_ATTACKS),
                        test_data=test)
         rep = result.audit
         rep.meta["checkpoint"] = str(result.best_path)

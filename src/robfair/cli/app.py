@@ -11,8 +11,9 @@ of its own is still open.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -235,6 +236,52 @@ STD_OPTION = typer.Option(None, "--std", help="Per-channel std (or a preset); wi
 CLASS_MAP_OPTION = typer.Option(None, "--class-map", help="State the model's class order: 'model' (its stored "
                                 "names), DATA=MODEL renames, the names in output order, or a .json/.yaml file (default: none, names must match).")
 
+@dataclass(frozen=True)
+class ModelArgs:
+    """--model and the options that say how to read it, as one value: what :func:`model_options` hands a
+    command (``source``) instead of seven parameters each command would declare again."""
+
+    model: str
+    arch: Optional[str] = None
+    arch_kwargs: Optional[str] = None
+    model_dir: Optional[Path] = None
+    mean: Optional[str] = None
+    std: Optional[str] = None
+    class_map: Optional[str] = None
+
+
+#: the bundle's options, in the order --help lists them: (parameter, annotation, typer option)
+_MODEL_PARAMS = (("model", str, MODEL_OPTION), ("arch", Optional[str], ARCH_OPTION),
+                 ("arch_kwargs", Optional[str], ARCH_KWARGS_OPTION), ("model_dir", Optional[Path], MODEL_DIR_OPTION),
+                 ("mean", Optional[str], MEAN_OPTION), ("std", Optional[str], STD_OPTION),
+                 ("class_map", Optional[str], CLASS_MAP_OPTION))
+
+
+def model_options(command: Any) -> Any:
+    """A command that loads one model (audit, certify) declares ``source: ModelArgs`` first; this puts the
+    bundle's seven options in its place for typer (``--model``, ``--arch``, ``--arch-kwargs``,
+    ``--model-dir``, ``--mean``, ``--std``, ``--class-map``) and calls it with them as one ``ModelArgs``."""
+    import functools
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(command)
+    sig = inspect.signature(command)
+    rest = [q.replace(annotation=hints.get(q.name, q.annotation)) for q in sig.parameters.values() if q.name != "source"]
+    bundle = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=ann)
+              for name, ann, option in _MODEL_PARAMS]
+
+    @functools.wraps(command)
+    def with_source(**kwargs: Any) -> Any:
+        source = ModelArgs(**{name: kwargs.pop(name) for name, _, _ in _MODEL_PARAMS})
+        return command(source=source, **kwargs)
+
+    del with_source.__wrapped__  # typer reads the signature below, not the command's own
+    with_source.__signature__ = sig.replace(parameters=bundle + rest)
+    with_source.__annotations__ = {q.name: q.annotation for q in bundle + rest} | {"return": hints.get("return")}
+    return with_source
+
+
 #: --probe / --probe-tolerance: the same meaning wherever an audit runs (audit, train, demo, leaderboard)
 PROBE_HELP = ("Reliability probe budget: AutoAttack on the samples the attacks left robust, within B times the "
               "audit's attacks' compute (default {default}; 'all': every robust sample, exactly AutoAttack per class; "
@@ -260,14 +307,9 @@ def probe_options(probe: Optional[str], probe_tolerance: Optional[float]) -> tup
 
 
 @app.command()
+@model_options
 def audit(
-    model: str = MODEL_OPTION,
-    arch: Optional[str] = ARCH_OPTION,
-    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
-    model_dir: Optional[Path] = MODEL_DIR_OPTION,
-    mean: Optional[str] = MEAN_OPTION,
-    std: Optional[str] = STD_OPTION,
-    class_map: Optional[str] = CLASS_MAP_OPTION,
+    source: ModelArgs,
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH][,limit=N][,per_class=N], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split to audit: test or train."),
     attack: List[str] = typer.Option(["pgd20"], "--attack", "-a", help="Attack name; repeat for several (fgsm, pgd20, pgd20-l2, autoattack...)."),
@@ -344,10 +386,12 @@ def quiet_rank(info) -> None:
     logging.getLogger("robfair").setLevel(logging.ERROR)
 
 
-def _audit(*, model, arch, arch_kwargs, model_dir, mean, std, class_map, data, split, attack, eps, batch_size, device,
+def _audit(*, source: ModelArgs, data, split, attack, eps, batch_size, device,
            seed, early_exit, precision, channels_last, bootstrap, out, plot, overwrite, allow_large_eps, groups,
            eps_sweep, distances, probe, probe_tolerance, examples, autoattack_state=None, dist=None,
            rank_device=None) -> None:
+    model, arch, arch_kwargs, model_dir = source.model, source.arch, source.arch_kwargs, source.model_dir
+    mean, std, class_map = source.mean, source.std, source.class_map
     from ..auditing import audit as run_audit
     from ..attacks.autoattack import state_file
     from ..auditing.distributed import run_on_every_rank

@@ -12,8 +12,7 @@ from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import CERTIFY_FILE
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, input_file, parse_number
-from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, MODEL_OPTION,
-                  STD_OPTION, _Bars, _progress, app, console, err_console, resume_from)
+from .app import ModelArgs, _Bars, _progress, app, console, err_console, model_options, resume_from
 
 
 def _paths(out: Optional[Path], outcomes: Optional[Path]) -> tuple[Optional[Path], Optional[Path], Optional[Path]]:
@@ -63,14 +62,9 @@ def gap_table(rep, by: str = "class", n_boot: int = 1000) -> Table:
 
 
 @app.command()
+@model_options
 def certify(
-    model: str = MODEL_OPTION,
-    arch: Optional[str] = ARCH_OPTION,
-    arch_kwargs: Optional[str] = ARCH_KWARGS_OPTION,
-    model_dir: Optional[Path] = MODEL_DIR_OPTION,
-    mean: Optional[str] = MEAN_OPTION,
-    std: Optional[str] = STD_OPTION,
-    class_map: Optional[str] = CLASS_MAP_OPTION,
+    source: ModelArgs,
     data: str = typer.Option("digits", "--data", "-d", help="NAME[:PATH], e.g. digits, cifar10:~/data."),
     split: str = typer.Option("test", help="Which split: test or train."),
     sigma: str = typer.Option("0.25", help="Noise level of the smoothed classifier (L2, pixels in [0, 1])."),
@@ -102,6 +96,8 @@ def certify(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
 ) -> None:
     """Certify per class (group) with randomized smoothing: certified accuracy at radii with intervals, abstain rate, median radius."""
+    model, arch, arch_kwargs, model_dir = source.model, source.arch, source.arch_kwargs, source.model_dir
+    mean, std, class_map = source.mean, source.std, source.class_map
     from .. import certifying as C
     from ..data import load_dataset
     from .app import _check_classes, _model_label, load_model_arg

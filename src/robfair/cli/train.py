@@ -46,26 +46,29 @@ def _config_method_options(config: Optional[Path], method: Optional[str]) -> dic
 
 
 class _TrainBars:
-    """Trainer callback -> rich bars (epochs, train batches, validation batches)."""
+    """Trainer callback -> rich bars (epochs, train batches, validation batches: the library's
+    :class:`robfair.training.ProgressCallback`) and one printed line per epoch."""
 
     def __init__(self, bars: _Bars) -> None:
+        from ..training import ProgressCallback  # lazy: start-up time (the training package imports torch)
+
         self.bars = bars
-        self.epochs = 0
+        self.events = ProgressCallback(bars)
+        self.cfg: Any = None
 
     def on_train_start(self, trainer: Any) -> None:
-        self.epochs = trainer.cfg.epochs
         self.cfg = trainer.cfg
-        self.bars("epochs", getattr(trainer, "start_epoch", 0), self.epochs)
+        self.events.on_train_start(trainer)
 
     def on_batch(self, epoch: int, batch: int, num_batches: int) -> None:
-        self.bars(f"epoch {epoch + 1} train", batch + 1, num_batches)
+        self.events.on_batch(epoch, batch, num_batches)
 
     def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None:
-        self.bars(f"epoch {epoch + 1} validation", batch + 1, num_batches)
+        self.events.on_val_batch(epoch, batch, num_batches)
 
     def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
-        self.bars("epochs", epoch + 1, self.epochs)
-        console.print(epoch_line(epoch, record, getattr(self, "cfg", None)), highlight=False, soft_wrap=True)
+        self.events.on_epoch_end(epoch, record)
+        console.print(epoch_line(epoch, record, self.cfg), highlight=False, soft_wrap=True)
 
     def on_audit_progress(self, stage: str, done: int, total: int) -> None:
         self.bars("final audit" if stage == "audit" else f"final audit: {stage}", done, total)

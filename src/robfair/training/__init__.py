@@ -18,7 +18,7 @@ from .config import TrainConfig, load_config
 _LAZY = {
     **{name: "methods" for name in ("METHODS", "Method", "TrainContext", "build_method")},
     **{name: "runner" for name in ("audit_hook", "build_model", "split_train_val", "train")},
-    **{name: "trainer" for name in ("Callback", "RunResult", "Trainer")},
+    **{name: "trainer" for name in ("Callback", "ProgressCallback", "RunResult", "Trainer")},
     "random_crop_flip": "robfair.data.augment",  # the trainer's augmentation, owned by robfair.data
     **{name: "selection" for name in ("Selection", "select_best", "selection_score", "val_summary")},
     **{name: "optim" for name in ("make_optimizer", "make_scheduler", "eps_warmup_scale")},
@@ -40,6 +40,6 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "TrainConfig", "load_config", "METHODS", "Method", "TrainContext", "build_method", "Trainer", "RunResult",
-    "Callback", "train", "audit_hook", "build_model", "split_train_val", "select_best", "selection_score",
+    "Callback", "ProgressCallback", "train", "audit_hook", "build_model", "split_train_val", "select_best", "selection_score",
     "val_summary", "random_crop_flip", "Selection", "make_optimizer", "make_scheduler", "eps_warmup_scale",
 ]

@@ -92,6 +92,36 @@ class Callback:
     def on_train_end(self, result: "RunResult") -> None: ...
 
 
+class ProgressCallback(Callback):
+    """The trainer's events as one ``progress(stage, done, total)`` function (the CLI's bars, the demo's
+    lines): stages ``epochs``, ``epoch N train``, ``epoch N validation`` and the final audit's ``audit`` /
+    ``audit: STAGE``, each under ``label: `` when a label is given."""
+
+    def __init__(self, progress: Callable[[str, int, int], None] | None, label: str = "") -> None:
+        self.progress, self.label = progress, label
+        self.epochs = 0
+
+    def report(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(f"{self.label}: {stage}" if self.label else stage, done, total)
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        self.epochs = trainer.cfg.epochs
+        self.report("epochs", getattr(trainer, "start_epoch", 0), self.epochs)
+
+    def on_batch(self, epoch: int, batch: int, num_batches: int) -> None:
+        self.report(f"epoch {epoch + 1} train", batch + 1, num_batches)
+
+    def on_val_batch(self, epoch: int, batch: int, num_batches: int) -> None:
+        self.report(f"epoch {epoch + 1} validation", batch + 1, num_batches)
+
+    def on_epoch_end(self, epoch: int, record: dict[str, Any]) -> None:
+        self.report("epochs", epoch + 1, self.epochs)
+
+    def on_audit_progress(self, stage: str, done: int, total: int) -> None:
+        self.report("audit" if stage == "audit" else f"audit: {stage}", done, total)
+
+
 @dataclass
 class RunResult:
     """What ``fit`` returns. ``model`` is the trained model after the last epoch (raw weights);
