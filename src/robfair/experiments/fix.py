@@ -33,7 +33,6 @@ finished training's audit is read back, and the report is written again.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -52,7 +51,7 @@ from ..models.checkpoint import read_checkpoint
 from ..models.sources import detect_format
 from ..report.tables import Table, pct, to_markdown
 from ..runfolder import FIX_REPORT, RunFolder, read_jsonl
-from ..safeio import ResultSet, check_output_dir, file_digest
+from ..safeio import ResultSet, check_output_dir, file_digest, read_json
 from ..training.config import TrainConfig, load_config
 from ..training.runner import audit_hook, build_model, train
 from ..utils import to_jsonable, write_json
@@ -208,7 +207,7 @@ def fix(model: str | Path, data: str, out: str | Path, *, method: str = "frl-rwr
     t0 = time.perf_counter()
     if resume and before_path.is_file():
         before = AuditReport.load(before_path)
-        _check_before(before, settings, before_path)
+        _check_before(settings, before_path)
     else:
         net = build_model(cfg.model_copy(), full.num_classes, full.in_shape, full)
         hook = audit_hook(cfg, attacks, progress=stage_progress("before"), batch_size=audit_batch_size)
@@ -258,11 +257,9 @@ def _finished(folder: RunFolder, cfg: TrainConfig) -> bool:
     return bool(rows) and int(rows[-1].get("epoch", 0)) >= cfg.epochs
 
 
-def _check_before(before: AuditReport, settings: dict[str, Any], path: Path) -> None:
-    try:
-        saved = json.loads(path.read_text()).get("fix_settings") or {}
-    except (OSError, ValueError):
-        saved = {}
+def _check_before(settings: dict[str, Any], path: Path) -> None:
+    """Refuse a finished before-audit made with other settings (AuditReport.load has read and checked the file)."""
+    saved = read_json(path, "audit").get("fix_settings") or {}
     now = to_jsonable(settings, strict=False)
     diff = [k for k in (*_BEFORE_KEYS, "source") if saved.get(k) != now.get(k)]
     if diff:
