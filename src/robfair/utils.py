@@ -1,15 +1,13 @@
-"""Small shared helpers: parsing user numbers, devices, atomic files, allocator tuning (seeds: :mod:`robfair.seeding`)."""
+"""Small shared helpers: devices, atomic files, allocator tuning (seeds: :mod:`robfair.seeding`)."""
 
 from __future__ import annotations
 
-import ast
 import atexit
 import contextlib
 import ctypes
 import errno
 import json
 import math
-import operator
 import os
 import signal
 import stat
@@ -20,14 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import RobfairError, WriteError
+from .parsing import MAX_NUMBER_CHARS, parse_eps, parse_number  # noqa: F401 - re-exported: the numbers users pass
 
 #: bootstrap resamples a command may ask for (1e8 draws of a 10-class compare is 30 GiB)
 MAX_BOOTSTRAP = 100_000
 #: largest seed (numpy / torch accept 64 bits; beyond them the seed is an error deep in a run)
 MAX_SEED = 2**63 - 1
-#: longer "numbers" are refused before parsing (a 400-digit or deeply nested eps)
-MAX_NUMBER_CHARS = 64
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
 def input_file(path: str | os.PathLike, what: str = "file", *, error: type[RobfairError] = RobfairError) -> Path:
@@ -45,66 +41,6 @@ def input_file(path: str | os.PathLike, what: str = "file", *, error: type[Robfa
     kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
             else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a special file")
     raise error(f"{what} {p} is {kind}, not a regular file; pass a regular file")
-
-
-def parse_number(text: str | float | int, what: str = "value", *, minimum: float | None = 0.0) -> float:
-    """Parse ``"8/255"``, ``"0.1"``, ``"2*4/255"`` or a number; arithmetic only, never ``eval``.
-
-    Raises a one-line ``RobfairError`` for text that is not a number or is below ``minimum``."""
-    if isinstance(text, bool):
-        raise RobfairError(f"{what} must be a number, got {text!r}; write e.g. 0.1 or 8/255")
-    if isinstance(text, (int, float)):
-        try:
-            value = float(text)
-        except OverflowError:
-            raise RobfairError(f"{what} is too large; write e.g. 0.1 or 8/255") from None
-    else:
-        s = str(text).strip()
-        if len(s) > MAX_NUMBER_CHARS:
-            raise RobfairError(f"{what} is {len(s)} characters long; write a number such as 0.1 or 8/255")
-        try:
-            value = float(_eval_arith(ast.parse(s, mode="eval").body))
-        except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError, MemoryError):
-            raise RobfairError(f"{what} {s!r} is not a number; write e.g. 0.1 or 8/255") from None
-        except OverflowError:
-            raise RobfairError(f"{what} {s[:40]!r} is too large; write e.g. 0.1 or 8/255") from None
-    if not math.isfinite(value):
-        raise RobfairError(f"{what} must be finite, got {text!r}; write e.g. 0.1 or 8/255")
-    if minimum is not None and value < minimum:
-        raise RobfairError(f"{what} must be >= {minimum:g}, got {text!r}; pass a non-negative value such as 8/255")
-    return value
-
-
-def _eval_arith(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval_arith(node.left), _eval_arith(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _eval_arith(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    raise ValueError("not arithmetic")
-
-
-def parse_eps(text: str | float | int, what: str = "epsilon") -> float:
-    """An attack radius: a non-negative number, fractions like ``8/255`` allowed."""
-    return parse_number(text, what, minimum=0.0)
-
-
-def check_image_eps(eps: float, attacks: Any = ("pgd",), *, allow_large: bool = False, what: str = "--eps") -> float:
-    """Refuse an L-inf radius above 1 for [0, 1] images (every image is then reachable from every
-    other: a typo such as ``--eps 8`` for 8/255) unless ``allow_large`` (``--allow-large-eps``).
-    L2 attacks (``-l2``) are not capped: their radius scales with the input dimension."""
-    if allow_large or eps <= 1:
-        return eps
-    from .attacks import parse_attack_name  # lazy: start-up time (`robfair --help` loads utils, not torch/numpy)
-
-    names = [attacks] if isinstance(attacks, str) else list(attacks or ["pgd"])
-    linf = [a for a in names if parse_attack_name(a)[1].get("norm", "linf") == "linf"]
-    if linf:
-        raise RobfairError(f"{what} {eps:g} is above 1, larger than the whole [0, 1] pixel range of an L-inf ball "
-                           f"({', '.join(linf[:3])}); write e.g. 8/255, or pass --allow-large-eps if you mean it")
-    return eps
 
 
 def resolve_device(device: str | None = "auto"):

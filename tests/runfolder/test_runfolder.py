@@ -92,7 +92,7 @@ def test_ground_floor_imports_no_torch():
 
 
 @pytest.mark.parametrize("module", ["robfair.training.trainer", "robfair.experiments.worker", "robfair.experiments.results",
-                                    "robfair.experiments.sweep", "robfair.experiments.compare", "robfair.cli.app",
+                                    "robfair.experiments.sweep", "robfair.experiments.compare", "robfair.cli.audit",
                                     "robfair.report.html", "robfair.report.certify", "robfair.cli.certify",
                                     "robfair.safeio"])
 def test_run_file_names_are_spelled_once(module):

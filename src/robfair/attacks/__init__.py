@@ -12,13 +12,14 @@ factory in :data:`ATTACKS` (see ``registry.py`` for what a registration states).
 """
 
 from ..registry import import_submodules
-from .names import ATTACKS, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
+from .names import ATTACKS, check_image_eps, describe_attacks, get_attack, parse_attack_name, require_target_rule, target_rule
 
 import_submodules(__name__, __path__)
 
 from .autoattack import AutoAttack  # noqa: E402
 from .attack import NEVER, STEP_UNKNOWN, Attack, AttackResult, as_eps, eval_mode, per_sample_loss, project, random_start
 from .pgd import FGSM, PGD, Chunk
+from .radius import Radius, Sweep
 from .trades import TradesKL
 
 __all__ = [
@@ -31,8 +32,11 @@ __all__ = [
     "Chunk",
     "FGSM",
     "PGD",
+    "Radius",
+    "Sweep",
     "TradesKL",
     "as_eps",
+    "check_image_eps",
     "describe_attacks",
     "eval_mode",
     "get_attack",

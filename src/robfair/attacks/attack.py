@@ -4,7 +4,8 @@ An attack is a callable ``attack(model, x, y, eps, *, generator=None, early_exit
 
 - ``x`` is a float batch in [0, 1] (normalization lives inside the model), ``y`` the int64 **true**
   labels (a targeted attack picks its targets by a stated rule, never ``y``), ``eps`` a float or an
-  (N,) tensor (one radius per sample).
+  (N,) tensor (one radius per sample), checked by :func:`as_eps`, or a
+  :class:`~robfair.attacks.radius.Radius` (checked where it entered robfair, trusted here).
 - ``attack.run(...)`` returns an :class:`AttackResult` (``x_adv``, the prediction there from the
   attack's own logits, the step of first success); ``attack(...)`` returns ``x_adv`` only.
 - ``x_adv`` is detached, in [0, 1], and within each sample's own ball: ``||x_adv_i - x_i|| <= eps_i``.
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import AttackError
+from .radius import Radius
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -89,11 +91,15 @@ def _tally(x: torch.Tensor) -> None:
             c.on_pass(c)
 
 
-def as_eps(eps: float | int | torch.Tensor, x: torch.Tensor, what: str = "epsilon") -> torch.Tensor:
+def as_eps(eps: float | int | torch.Tensor | Radius, x: torch.Tensor, what: str = "epsilon") -> torch.Tensor:
     """A radius per sample, shaped ``(N, 1, ..., 1)`` to broadcast against ``x`` (``(N,1,1,1)`` for
-    images), on ``x``'s device and dtype. ``eps`` is a number or an (N,) / scalar tensor.
+    images), on ``x``'s device and dtype. ``eps`` is a number or an (N,) / scalar tensor, checked here
+    (an attack called directly), or a :class:`~robfair.attacks.radius.Radius`, checked where it
+    entered and trusted here (what the engine passes: no check, no device sync).
 
     Raises ``AttackError`` for a negative, NaN/inf or wrongly shaped epsilon."""
+    if isinstance(eps, Radius):
+        return eps.broadcast(x, what)
     n = x.shape[0]
     shape = (n,) + (1,) * (x.dim() - 1)
     if isinstance(eps, bool) or not isinstance(eps, (numbers.Real, torch.Tensor)):

@@ -46,6 +46,7 @@ from typing import Any, Callable
 from ..errors import AttackError
 from ..registry import Registry
 from .attack import Attack
+from .radius import Radius
 
 ATTACKS: Registry[Callable[..., Attack]] = Registry("attack", AttackError)
 
@@ -158,6 +159,23 @@ def get_attack(name: str, **overrides: Any) -> Attack:
     kwargs.update(overrides)
     kwargs.setdefault("name", str(name).strip().lower())
     return factory(**kwargs)
+
+
+def check_image_eps(eps: float | Radius, attacks: Any = ("pgd",), *, allow_large: bool = False,
+                    what: str = "--eps") -> float | Radius:
+    """Refuse an L-inf radius above 1 for [0, 1] images (every image is then reachable from every
+    other: a typo such as ``--eps 8`` for 8/255) unless ``allow_large`` (``--allow-large-eps``).
+    L2 attacks (``-l2``) are not capped: their radius scales with the input dimension. ``eps``: a
+    checked float or :class:`~robfair.attacks.radius.Radius` (its largest value); returned as given."""
+    largest = eps.max() if isinstance(eps, Radius) else float(eps)
+    if allow_large or largest <= 1:
+        return eps
+    names = [attacks] if isinstance(attacks, str) else list(attacks or ["pgd"])
+    linf = [a for a in names if parse_attack_name(a)[1].get("norm", "linf") == "linf"]
+    if linf:
+        raise AttackError(f"{what} {largest:g} is above 1, larger than the whole [0, 1] pixel range of an L-inf ball "
+                          f"({', '.join(linf[:3])}); write e.g. 8/255, or pass --allow-large-eps if you mean it")
+    return eps
 
 
 def describe_attacks() -> list[dict[str, str]]:

@@ -45,7 +45,7 @@ Training semantics (``keep="last"``)
     fools (else the highest score). ``early_exit`` is refused: it would freeze samples at their
     first success.
 
-Why one module (619 lines): FGSM and PGD share the step, the projection and the streaming machinery
+Why one module: FGSM and PGD share the step, the projection and the streaming machinery
 that refills the active batch.
 """
 
@@ -78,7 +78,7 @@ LOAD_BUDGET = 256 << 20
 @dataclass
 class Chunk:
     """One piece of a stream: images ``x`` in [0, 1], **true** labels ``y``, ``eps`` (a float or an
-    (N,) tensor), optionally the clean ``logits`` (they rank the targets of ``-t`` without another
+    (N,) tensor, checked; or a :class:`~robfair.attacks.radius.Radius`, trusted), optionally the clean ``logits`` (they rank the targets of ``-t`` without another
     forward) and explicit ``targets`` ((N,) or (N, k)). ``generator``: this chunk's own random
     generator (its random starts and random targets); None uses the stream's."""
 

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 from .. import __version__
+from ..attacks.radius import Radius
 from ..errors import AttackError, RobfairError
 from ..metrics import GroupReport
 from ..metrics.views import ReportViews
@@ -40,7 +41,6 @@ from ..utils import to_jsonable, write_json
 from . import probe as _probe
 from .checks import WORST_CASE, sanity_warnings
 from .distributed import evaluate_sharded
-from .engine import dataset_eps
 from .outcomes import Outcomes, outcomes_path
 from .examples import DEFAULT_EXAMPLES, Examples, examples_path, weakest_examples
 from .probe import reliability_probe
@@ -299,7 +299,7 @@ def audit(
     model: torch.nn.Module,
     dataset: DataLike,
     attacks: Sequence[str | Any] = ("pgd20",),
-    eps: float | str | torch.Tensor = 8 / 255,
+    eps: float | str | torch.Tensor | Radius = 8 / 255,
     *,
     batch_size: int = 256,
     device: str | torch.device | None = "auto",
@@ -325,7 +325,8 @@ def audit(
         numpy arrays, a ``TensorDataset`` or a ``DataLoader`` (:func:`robfair.data.as_dataset`).
     attacks: names understood by :func:`robfair.attacks.get_attack` (``"fgsm"``, ``"pgd20"``,
         ``"pgd20-l2"``, ``"pgd50-r5"``, ``"autoattack"`` ...) or attack objects.
-    eps: a radius (``0.1``, ``"8/255"``) or a per-sample tensor with one value per dataset item.
+    eps: a radius (``0.1``, ``"8/255"``), a per-sample tensor with one value per dataset item, or a
+        :class:`~robfair.attacks.radius.Radius` already parsed (the CLI's: not checked again).
     early_exit: stop attacking samples already fooled (same outcome, less work).
     seed: seeds the attacks' random starts, each from (seed, attack name); the audit is
         deterministic for a fixed batch size.
@@ -364,12 +365,12 @@ def audit(
     tolerance = _probe.parse_tolerance(probe_tolerance)
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise RobfairError(f"examples must be a sample count >= 0, got {examples!r}; 0 keeps no example images")
-    eps_v = dataset_eps(eps, len(dataset))
+    eps_v = Radius.parse(eps, len(dataset))  # parsed here once (a Radius from the CLI: taken as it is)
     out = evaluate_sharded(model, dataset, attacks, eps_v, dist=dist, batch_size=batch_size, device=device, seed=seed,
                            precision=precision, channels_last=channels_last, early_exit=early_exit, progress=progress)
     names = out.attacks
     reports = out.reports()
-    eps_meta: float | str = eps_v if isinstance(eps_v, float) else "per-sample"
+    eps_meta: float | str = eps_v.label
     meta = {
         "robfair_version": __version__,
         "torch_version": torch.__version__,

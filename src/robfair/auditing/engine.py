@@ -29,11 +29,13 @@ attack call, :func:`run_attack`, so they share:
   seed their batches the same way, in a stream of their own);
 - the sanity checks of :mod:`robfair.auditing.checks` on the outcomes (``Outcomes.warnings``).
 
-``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`); here it is a
-float, a per-sample tensor (one value per dataset item), or, for a sweep, an increasing list of
-floats (``radii``).
+``eps`` is parsed and validated where it enters (CLI, config, :func:`robfair.audit`) into a
+:class:`~robfair.attacks.radius.Radius` (a float or one value per dataset item) or, for a sweep, a
+:class:`~robfair.attacks.radius.Sweep`; :func:`evaluate` takes those as they are (a plain number,
+tensor or list is parsed there, once) and hands each attack its batch's ``Radius``, which the
+attacks trust.
 
-Why one module (522 lines): evaluate, its refill passes and the attack call are one algorithm: THE
+Why one module: evaluate, its refill passes and the attack call are one algorithm: THE
 loop every audit, sweep and validation runs.
 """
 
@@ -54,12 +56,13 @@ from torch import nn
 from ..attacks import get_attack
 from ..attacks.attack import STEP_UNKNOWN, Attack, count_passes
 from ..attacks.pgd import FGSM, PGD, Chunk
+from ..attacks.radius import Radius, Sweep
 from ..errors import AttackError, DataError, RobfairError
 from ..hardware import channels_last as to_channels_last
 from ..hardware import check_precision, wants_channels_last
 from ..models.validate import check_input_gradient, check_model_output, guarded, nonfinite_error
 from ..seeding import attack_seed, batch_generator  # noqa: F401 - attack_seed: exported as robfair.auditing.attack_seed
-from ..utils import parse_eps, resolve_device
+from ..utils import resolve_device
 from .checks import outcome_warnings
 from .outcomes import NOT_FOOLED, WORST_CASE, Outcomes
 
@@ -112,7 +115,7 @@ def clean_predict(model: nn.Module, x: torch.Tensor, precision: str = "fp32") ->
     return torch.where(torch.isfinite(z).all(1), z.argmax(1), -1)
 
 
-def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | torch.Tensor, *,
+def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: Radius | float | torch.Tensor, *,
                generator: torch.Generator | None, early_exit: bool = True, precision: str = "fp32",
                warnings: list[str] | None = None,
                adv_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,7 +126,12 @@ def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     prediction from its own logits and the step (``-1`` never fooled, ``-2`` fooled at an unrecorded
     step); its reliability messages are appended to ``warnings``. A plain callable
     (``attack(model, x, y, eps) -> x_adv``) has ``x_adv`` evaluated once more, steps unrecorded.
-    ``adv_out``: a list the adversarial batch is appended to (detached), for callers that keep images."""
+    ``adv_out``: a list the adversarial batch is appended to (detached), for callers that keep images.
+    ``eps``: the batch's :class:`~robfair.attacks.radius.Radius` (robfair's attacks trust it; another
+    callable gets its plain float or tensor), or a plain radius the attack checks (the bisection's
+    midpoints)."""
+    if isinstance(eps, Radius) and not isinstance(attack, Attack):
+        eps = eps.raw()
     runner = getattr(attack, "run", None)
     if callable(runner):
         res = runner(model, x, y, eps, generator=generator, early_exit=early_exit)
@@ -175,36 +183,13 @@ def sample_order(indices: Any, n: int) -> np.ndarray:
     return order
 
 
-def dataset_eps(eps: Any, n: int) -> float | torch.Tensor:
-    """A dataset's radius, parsed and checked once where it enters (:func:`robfair.audit`, the engine's
-    other callers): a float (``0.1``, ``"8/255"``), or an ``(n,)`` float tensor on the CPU, one value per
-    dataset item (numpy arrays and 0-d tensors accepted). The one place of the per-sample message;
-    what it returns is trusted below it (the engine, the attacks' :func:`as_eps` per batch)."""
-    if isinstance(eps, np.ndarray):
-        eps = torch.as_tensor(eps)
-    if isinstance(eps, torch.Tensor):
-        if eps.ndim == 0:
-            return parse_eps(float(eps))
-        if eps.ndim != 1 or eps.numel() != n:
-            raise AttackError(f"a per-sample epsilon needs one value per sample ({n}), got shape {tuple(eps.shape)}")
-        if not torch.isfinite(eps).all() or (eps < 0).any():
-            raise AttackError("per-sample epsilon has negative or non-finite values; pass values >= 0")
-        return eps.detach().float().cpu()
-    return parse_eps(eps)
-
-
-def _check_eps(eps: Any, n: int) -> float | torch.Tensor | list[float]:
-    """What the entry points pass down: a radius (:func:`dataset_eps`: a float or an (n,) tensor) or, for
-    a sweep, an increasing list of floats."""
+def check_eps(eps: Any, n: int) -> Radius | Sweep:
+    """What :func:`evaluate` is given: a :class:`Radius` or :class:`Sweep` (checked where they entered:
+    taken as they are), or a plain radius (a number, text, an (n,) tensor / array) or list of radii,
+    parsed here once."""
     if isinstance(eps, (list, tuple)):
-        vals = [float(e) for e in eps]
-        if not vals or vals != sorted(vals) or len(set(vals)) != len(vals):
-            raise AttackError(f"sweep radii {vals} must be non-empty, increasing and distinct")
-        return vals
-    if isinstance(eps, torch.Tensor) and eps.ndim == 1 and eps.numel() == n and eps.device.type == "cpu" \
-            and eps.dtype == torch.float32:
-        return eps  # dataset_eps's own result: trusted, not checked again
-    return dataset_eps(eps, n)
+        return Sweep.parse(eps, "sweep radii")
+    return Radius.parse(eps, n)
 
 
 def evaluate(
@@ -249,19 +234,20 @@ def evaluate(
     precision = check_precision(precision, dev, what="precision")
     channels_last = wants_channels_last(model, channels_last)
     n_all = len(dataset)
-    eps_v = _check_eps(eps, n_all)
+    eps_v = check_eps(eps, n_all)
     if indices is not None:
         idx = torch.from_numpy(sample_order(indices, n_all))
-        if isinstance(eps_v, torch.Tensor):
-            eps_v = eps_v[idx.to(eps_v.device)]
+        if isinstance(eps_v, Radius):
+            eps_v = eps_v.subset(idx)
         ds = dataset.subset(idx)
     else:
         idx = torch.arange(n_all)
         ds = dataset
-    sweep = isinstance(eps_v, list)
+    sweep = isinstance(eps_v, Sweep)
     if keep_adv and sweep:
         raise RobfairError("keep_adv keeps the inputs of one radius; evaluate a single eps")
-    radii: list[float] | None = eps_v if sweep else ([eps_v] if isinstance(eps_v, float) else None)
+    radii: list[float] | None = list(eps_v) if sweep else (None if eps_v.per_sample else [float(eps_v.value)])
+    balls: list[Radius] = eps_v.balls() if sweep else [eps_v]  # what the attacks are handed (trusted)
     R = len(radii) if radii is not None else 1
     named = resolve_attacks(attacks, precision)
     n = len(ds)
@@ -323,7 +309,7 @@ def evaluate(
                 ta = time.perf_counter()
                 with count_passes() as pc:
                     if not sweep:
-                        e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
+                        e_b = eps_v.batch(pos, m, dev)
                         pred, step = run_attack(atk, net, x, y, e_b, generator=batch_generator(dev, seed, name, first),
                                                 early_exit=early_exit, precision=precision, warnings=said[name],
                                                 adv_out=None if kept is None else kept[name])
@@ -332,7 +318,7 @@ def evaluate(
                         attacked[name][0] += m
                     else:
                         gens = [batch_generator(dev, seed, name, first, e) for e in radii]  # type: ignore[union-attr]
-                        _sweep_batch(atk, net, x, y, clean, radii, gens, monotone, early_exit, precision,  # type: ignore[arg-type]
+                        _sweep_batch(atk, net, x, y, clean, balls, gens, monotone, early_exit, precision,  # type: ignore[arg-type]
                                      adv_all[name][:, pos:pos + m], step_all[name][:, pos:pos + m], attacked[name],
                                      said[name])
                 units[name] += pc.units
@@ -361,7 +347,7 @@ def evaluate(
             waited = [0.0]  # seconds spent producing the batches (the first pass runs the other attacks)
             others = sum(units.values())  # the first pass's attacks run inside this one's block: not its passes
             with count_passes() as pc:
-                _refill_pass(atk, net, _timed(source, waited), name, j, radii if sweep else None, eps_v, monotone,
+                _refill_pass(atk, net, _timed(source, waited), name, j, balls if sweep else None, eps_v, monotone,
                              dev, seed, idx, bs, y_all, clean_all, adv_all[name], step_all[name], attacked[name],
                              said[name], None if kept is None else kept[name])
             units[name] += pc.units - (sum(units.values()) - others)
@@ -440,7 +426,7 @@ def _timed(it: Any, acc: list[float]) -> Any:
         yield item
 
 
-def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii: list[float] | None, eps_v: Any,
+def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii: list[Radius] | None, eps_v: Any,
                  monotone: bool, dev: torch.device, seed: int, idx: torch.Tensor, bs: int, y_all: np.ndarray,
                  clean_all: np.ndarray, adv: np.ndarray, step: np.ndarray, attacked: list[int],
                  said: list[str], adv_out: list[torch.Tensor] | None = None) -> None:
@@ -455,7 +441,7 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
             m = x.shape[0]
             first = int(idx[pos])
             if radii is None:
-                e_b = eps_v if isinstance(eps_v, float) else eps_v[pos:pos + m].to(dev)
+                e_b = eps_v.batch(pos, m, dev)
                 pending.append((pos, None))
                 yield Chunk(x, y, e_b, generator=batch_generator(dev, seed, name, first))
                 continue
@@ -469,7 +455,7 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
                 continue
             a = torch.from_numpy(act).to(x.device)
             pending.append((pos, act))
-            yield Chunk(x[a], y[a], float(radii[j]), generator=batch_generator(dev, seed, name, first, radii[j]))
+            yield Chunk(x[a], y[a], radii[j], generator=batch_generator(dev, seed, name, first, float(radii[j].value)))
 
     for res in atk.stream(net, chunks(), early_exit=True, batch_size=bs):
         pos, act = pending.popleft()
@@ -489,7 +475,7 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
 
 
 def _sweep_batch(atk: Any, net: nn.Module, x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
-                 radii: list[float], gens: list[torch.Generator], monotone: bool, early_exit: bool, precision: str,
+                 radii: list[Radius], gens: list[torch.Generator], monotone: bool, early_exit: bool, precision: str,
                  adv_out: np.ndarray, step_out: np.ndarray, attacked: list[int], said: list[str]) -> None:
     """One batch of an eps sweep for one attack: rows of ``adv_out`` / ``step_out`` per radius."""
     witness = clean.clone()  # prediction under the smallest perturbation found so far
@@ -499,7 +485,7 @@ def _sweep_batch(atk: Any, net: nn.Module, x: torch.Tensor, y: torch.Tensor, cle
         active = (~fooled if monotone else clean == y).nonzero().squeeze(1)
         pred = witness if monotone else clean.clone()
         st = step if monotone else torch.full_like(clean, NOT_FOOLED)
-        if e > 0 and active.numel():
+        if e.max() > 0 and active.numel():
             p, s = run_attack(atk, net, x[active], y[active], e, generator=gens[j], early_exit=early_exit,
                               precision=precision, warnings=said)
             attacked[j] += int(active.numel())

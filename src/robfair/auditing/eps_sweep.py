@@ -36,14 +36,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 
 from .. import __version__
 from ..errors import AttackError, DataError
+from ..attacks.radius import Sweep, parse_range
 from ..metrics import GroupReport
-from ..utils import parse_eps
 from .checks import WORST_CASE
 from .distributed import evaluate_sharded
 from .audit_report import REPORTED, AuditReport
@@ -55,43 +54,9 @@ _SCHEMA_V1 = "robfair.eps-sweep/1"
 Progress = Callable[[str, int, int], None]
 
 
-def parse_eps_range(text: str) -> list[float]:
-    """``"0:16/255:9"`` -> 9 radii evenly spaced from 0 to 16/255 (both included).
-
-    ``START:STOP:N``: fractions allowed, ``START <= STOP``, ``N >= 2`` (``N = 1`` only when
-    START == STOP). Raises a one-line ``AttackError`` naming the fix."""
-    parts = str(text).split(":")
-    example = "write START:STOP:N, e.g. 0:16/255:9"
-    if len(parts) != 3:
-        raise AttackError(f"eps sweep {text!r} is not START:STOP:N; {example}")
-    start = parse_eps(parts[0], "eps sweep start")
-    stop = parse_eps(parts[1], "eps sweep stop")
-    try:
-        n = int(parts[2].strip())
-    except ValueError:
-        raise AttackError(f"eps sweep {text!r}: N = {parts[2]!r} is not an integer; {example}") from None
-    if stop < start:
-        raise AttackError(f"eps sweep {text!r}: stop {stop:g} is below start {start:g}; "
-                          "write START:STOP:N with START <= STOP, e.g. 0:16/255:9")
-    if n < 1 or (n == 1 and stop != start):
-        raise AttackError(f"eps sweep {text!r}: N = {n} points cannot span [{start:g}, {stop:g}]; use N >= 2")
-    return [float(v) for v in np.linspace(start, stop, n)]
-
-
-def _check_eps_values(eps_values: Sequence[Any]) -> list[float]:
-    if isinstance(eps_values, str):
-        return parse_eps_range(eps_values)
-    if not hasattr(eps_values, "__iter__"):
-        raise AttackError(f"eps_values must be a list of radii, got {eps_values!r}; pass e.g. [0, 4/255, 8/255] "
-                          "or '0:16/255:9'")
-    values = [parse_eps(v, "eps sweep radius") for v in eps_values]
-    if not values:
-        raise AttackError("eps_values is empty; pass at least one radius, e.g. [0, 8/255]")
-    if values != sorted(values):
-        raise AttackError(f"eps_values {values} must be increasing; sort them (the sweep reuses smaller radii)")
-    if len(set(values)) != len(values):
-        raise AttackError(f"eps_values {values} lists a radius twice; list each radius once")
-    return values
+#: ``"0:16/255:9"`` -> 9 radii from 0 to 16/255 (:func:`robfair.attacks.radius.parse_range`, where every
+#: sweep's radii are checked)
+parse_eps_range = parse_range
 
 
 @dataclass
@@ -202,7 +167,7 @@ def eps_sweep(
     at a smaller radius is sound (``monotone=True``). ``dist``: a joined process group's
     :class:`~robfair.distributed.DistInfo` (torchrun): the batches are spread over the
     ranks and every rank returns one process's sweep (:mod:`robfair.auditing.distributed`)."""
-    values = _check_eps_values(eps_values)
+    values = Sweep.parse(eps_values)  # parsed once here (a Sweep from the CLI: taken as it is)
     if len(dataset) == 0:
         raise DataError("the dataset is empty; check the path and the split")
     dataset.validate()
@@ -224,5 +189,5 @@ def eps_sweep(
             else out.meta["attacked_samples"], "seconds": out.meta["seconds"], "warnings": list(out.warnings)}
     for w in out.warnings:
         log.warning("%s", w, extra={REPORTED: True})
-    return EpsSweep(attack=headline, eps=values, reports=[a[headline] for a in audits], monotone=monotone,
+    return EpsSweep(attack=headline, eps=list(values), reports=[a[headline] for a in audits], monotone=monotone,
                     meta=meta, audits=audits, outcomes=out)

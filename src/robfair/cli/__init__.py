@@ -1,7 +1,8 @@
 """The ``robfair`` command line (typer + rich). Library code never prints; this layer does.
 
-One module per command group: ``app`` (audit, demo, listings), ``train``, ... each adds its
-commands to the shared typer ``app``.
+One module per command group: ``audit``, ``demo`` (with the listings), ``train``, ... each adds its
+commands to the shared typer ``app`` (``app.py``: the app, consoles, progress); ``options.py`` holds
+the options several commands share.
 
 The error boundary (:func:`main`): every failure ends in exactly one line on stderr, never a
 traceback on the terminal, and no output file is left half-written (files are written atomically, a
@@ -49,7 +50,9 @@ from ..safeio import release_claims
 from ..utils import remove_live_temps, tune_allocator
 from .app import RESUME_FROM, app, err_console
 
-# Command modules register themselves on `app` when imported.
+# Command modules register themselves on `app` when imported (in the order --help lists them).
+from . import audit as _audit  # noqa: F401,E402
+from . import demo as _demo  # noqa: F401,E402
 from . import train as _train  # noqa: F401,E402
 from . import study as _study  # noqa: F401,E402
 from . import theory as _theory  # noqa: F401,E402

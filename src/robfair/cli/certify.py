@@ -12,7 +12,8 @@ from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import CERTIFY_FILE
 from ..utils import MAX_BOOTSTRAP, MAX_SEED, input_file, parse_number
-from .app import ModelArgs, _Bars, _progress, app, console, err_console, model_options, resume_from
+from .app import _Bars, _progress, app, console, err_console, resume_from
+from .options import ModelArgs, model_options
 
 
 def _paths(out: Optional[Path], outcomes: Optional[Path]) -> tuple[Optional[Path], Optional[Path], Optional[Path]]:
@@ -100,7 +101,7 @@ def certify(
     mean, std, class_map = source.mean, source.std, source.class_map
     from .. import certifying as C
     from ..data import load_dataset
-    from .app import _check_classes, _model_label, load_model_arg
+    from .options import check_classes, load_model_arg, model_label
 
     C.check_draws(n0, n, batch_size, cli=True)  # before anything is read: --n 10**12 is refused at once
     sigma_v = parse_number(sigma, "sigma", minimum=None)
@@ -135,7 +136,7 @@ def certify(
     check_precision(precision, resolve_device(device))  # before the model and data are read
     net, meta = load_model_arg(model, arch, arch_kwargs, model_dir, mean, std)  # any source audit accepts
     ds = load_dataset(data, split=split, groups=groups)
-    ds = _check_classes(meta, ds, class_map)
+    ds = check_classes(meta, ds, class_map)
     if ck_path is not None and ck_path.exists():
         if restart:
             ck_path.unlink()
@@ -170,7 +171,7 @@ def certify(
     if html is not None:  # everything is computed before the first file is written
         from ..report.certify import render_certify_html
 
-        page = render_certify_html({_model_label(model): payload}, title=f"certified robustness: {_model_label(model)} on {data}")
+        page = render_certify_html({model_label(model): payload}, title=f"certified robustness: {model_label(model)} on {data}")
     with ResultSet() as files:  # the outcomes, the page, then certify.json: all of them or none
         if oc_path is not None:
             with files.file(oc_path) as tmp:

@@ -11,8 +11,9 @@ from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import RunFolder
 from ..utils import MAX_BOOTSTRAP
-from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP, PROBE_TOLERANCE_HELP,
-                  STD_OPTION, _Bars, _parse_stats, _progress, app, console, printed_warnings, probe_options, resume_from)
+from .app import _Bars, _progress, app, console, printed_warnings, resume_from
+from .options import (ARCH_KWARGS_OPTION, ARCH_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP, PROBE_TOLERANCE_HELP,
+                      STD_OPTION, parse_stats, probe_options)
 from .study import print_tables
 from .train import _config_method_options, _TrainBars, _kv
 
@@ -73,7 +74,7 @@ def fix(
     if arch_kwargs is not None and arch is None:
         raise ConfigError("--arch-kwargs needs --arch FILE.py:NAME; pass both")
     options: dict[str, Any] = dict(arch=arch, arch_kwargs=parse_arch_kwargs(arch_kwargs) if arch_kwargs is not None else None,
-                                   mean=_parse_stats(mean, "mean"), std=_parse_stats(std, "std"),
+                                   mean=parse_stats(mean, "mean"), std=parse_stats(std, "std"),
                                    model_dir=str(model_dir) if model_dir is not None else None, epochs=epochs, lr=lr,
                                    batch_size=batch_size, eps=eps, seed=seed, device=device, precision=precision,
                                    probe=budget, probe_tolerance=tolerance)

@@ -10,10 +10,11 @@ from rich.table import Table as RichTable
 
 from ..errors import ConfigError
 from ..inert import term
-from ..utils import MAX_BOOTSTRAP, MAX_SEED, parse_eps
-from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP,
-                  PROBE_TOLERANCE_OPTION, STD_OPTION, _Bars, _check_classes, _display_label, _parse_stats, _progress, app,
-                  console, load_model_arg, printed_warnings, probe_options)
+from ..utils import MAX_BOOTSTRAP, MAX_SEED
+from .app import _Bars, _progress, app, console, printed_warnings
+from .options import (ARCH_KWARGS_OPTION, ARCH_OPTION, CLASS_MAP_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP,
+                      PROBE_TOLERANCE_OPTION, STD_OPTION, check_classes, display_label, image_radius, load_model_arg,
+                      parse_stats, probe_options)
 
 
 def _names(models: list[str]) -> list[str]:
@@ -22,7 +23,7 @@ def _names(models: list[str]) -> list[str]:
     tells them apart (``a/net.ts``, ``b/net.ts``), so no two models share a row or are ever grouped as
     seeds of one setting; what is still alike (the same file listed twice) is numbered: ``net.ts (2)``."""
     keys = [m if m.startswith("robustbench:") else str(Path(m).expanduser().resolve()) for m in models]
-    labels = [_display_label(m) for m in models]
+    labels = [display_label(m) for m in models]
     out = list(labels)
     for lab in dict.fromkeys(labels):
         idx = [i for i, other in enumerate(labels) if other == lab]
@@ -158,14 +159,14 @@ def leaderboard(
         raise ConfigError(f"--out {out} must end in .html; the Markdown and CSV files are written beside it")
     specs = model_args(list(models or []), list(model or []), list(arch or []), list(arch_kwargs or []))
     models = [m for m, _, _, _ in specs]
-    from ..utils import check_image_eps, resolve_device
+    from ..utils import resolve_device
     from .study import _check_report_out
 
     _check_report_out(out, overwrite)  # outputs are refused before any model is loaded or attacked
     names = _names(list(models))  # one name per model, none alike (never merged as seeds)
     resolve_device(device)
-    eps_value = parse_eps(eps)
-    check_image_eps(eps_value, attack)
+    radius = image_radius(eps, attack)  # parsed once; every model's audit takes it as it is
+    eps_value = radius.max()
     budget, tolerance = probe_options(probe, probe_tolerance)
     base = load_dataset(data, split=split, groups=groups)
     loaded = []
@@ -175,15 +176,15 @@ def leaderboard(
         net, meta = load_model_arg(m, use_arch, use_kwargs, model_dir, None, None)
         spec = meta.get("spec") or {}
         if (mean is not None or std is not None) and spec.get("mean") is None and spec.get("std") is None:
-            net = with_normalization(net, _parse_stats(mean, "mean"), _parse_stats(std, "std"))
+            net = with_normalization(net, parse_stats(mean, "mean"), parse_stats(std, "std"))
             meta = {**meta, "normalization": {"mean": mean, "std": std}}
-        ds = _check_classes(meta, base, class_map)
+        ds = check_classes(meta, base, class_map)
         validate_model(net, ds, batch_size=batch_size, device=device)  # its first batch, before any audit runs
         loaded.append((m, net, meta, ds))
     entries = []
     for label, (m, net, meta, ds) in zip(names, loaded):
         with _progress() as p, printed_warnings():  # its warnings are printed below, not logged as well
-            rep = run_audit(net, ds, attacks=attack, eps=eps_value, batch_size=batch_size, device=device, seed=seed,
+            rep = run_audit(net, ds, attacks=attack, eps=radius, batch_size=batch_size, device=device, seed=seed,
                             probe=budget, probe_tolerance=tolerance, progress=_Bars(p, prefix=f"{label}: "),
                             classes=ds.classes)
         rep.meta["checkpoint"] = m

@@ -13,9 +13,9 @@ from ..errors import ConfigError
 from ..inert import term
 from ..runfolder import RunFolder
 from ..safeio import yaml_loads
-from .app import (ARCH_KWARGS_OPTION, ARCH_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP, PROBE_TOLERANCE_HELP,
-                  STD_OPTION, _Bars, _parse_stats, _progress, app, console, err_console, printed_warnings, probe_options,
-                  resume_from)
+from .app import _Bars, _progress, app, console, err_console, printed_warnings, resume_from
+from .options import (ARCH_KWARGS_OPTION, ARCH_OPTION, MEAN_OPTION, MODEL_DIR_OPTION, PROBE_HELP, PROBE_TOLERANCE_HELP,
+                      STD_OPTION, parse_stats, probe_options)
 
 
 def _kv(items: list[str], what: str) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def train(
     from ..models.sources import parse_arch_kwargs
 
     model_file = dict(arch=arch, arch_kwargs=parse_arch_kwargs(arch_kwargs) if arch_kwargs is not None else None,
-                      mean=_parse_stats(mean, "mean"), std=_parse_stats(std, "std"),
+                      mean=parse_stats(mean, "mean"), std=parse_stats(std, "std"),
                       model_dir=str(model_dir) if model_dir is not None else None)
     overrides.update(model_file)
     overrides.update(_kv(set_, "--set"))
@@ -194,9 +194,9 @@ def train(
     if cfg.out is None:
         raise ConfigError("no run folder given; pass --out runs/NAME (or set 'out' in the config)")
     from ..safeio import check_output_dir
-    from ..utils import check_image_eps, resolve_device
-
+    from ..attacks import check_image_eps
     from ..distributed import env_info
+    from ..utils import resolve_device
 
     # refused before any data is read: the run folder (claimed by rank 0: a second train or resume of it is
     # refused), the device, the radius
