@@ -21,7 +21,7 @@
 - What a run folder is and which of its files are results (``RUN_FILES``, :func:`is_run_folder`,
   :func:`holds_results`) and :func:`remove_orphan_temps` come from :mod:`robfair.runfolder`.
 
-Why one module (643 lines): every read of an input and write of an output goes through one door
+Why one module: every read of an input and write of an output goes through one door
 (capped reads, the output guard, claims, result sets), and they share the locking.
 """
 

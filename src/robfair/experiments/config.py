@@ -31,7 +31,7 @@ keeps the referenced value's type (``eps: ${base.eps}`` stays a number).
 Run names are built from the overrides (``trades-b6,lr=0.1,seed=0``), sanitized to
 ``[A-Za-z0-9._,=+-]``; two runs with one name (or names equal up to case) are an error.
 
-Why one module (573 lines): the study schema, its ``${...}`` references and its expansion into runs
+Why one module: the study schema, its ``${...}`` references and its expansion into runs
 are one grammar; each part validates against the others.
 """
 

@@ -15,7 +15,7 @@ computed from integer counts (:class:`~robfair.metrics.counts.Counts`), never fr
 rounded rates. ``compat_bndy_err`` = clean acc - adv acc is the FRL code's definition, kept only for
 comparison: it goes negative when the attack "repairs" clean mistakes.
 
-Why one module (512 lines): GroupReport is one class: its constructors, rates, aggregates, bootstrap
+Why one module: GroupReport is one class: its constructors, rates, aggregates, bootstrap
 and JSON.
 """
 

@@ -19,7 +19,7 @@ or None), ``spec`` (the robfair architecture spec, or None) and ``extra``. The m
 on the CPU (``map_location``), and carries ``robfair_classes`` when the file names its classes, so
 :func:`robfair.audit` can refuse a dataset whose class order differs.
 
-Why one module (740 lines): load_any's format detection and each format's loader and refusal are one
+Why one module: load_any's format detection and each format's loader and refusal are one
 dispatch table, read top to bottom.
 """
 

@@ -13,7 +13,7 @@ baseline, Pareto front), ``frl`` (FRL: average and worst-class standard, boundar
 ``benz-clean`` / ``benz-robust`` (Benz: accuracy per class, one table per class list), ``seeds``
 (seed spread), ``eps`` (robust accuracy vs eps, when runs have an eps sweep), ``warnings``.
 
-Why one module (672 lines): every table layout (summary, FRL, Benz, leaderboard, probe) groups runs
+Why one module: every table layout (summary, FRL, Benz, leaderboard, probe) groups runs
 the same way and formats intervals the same way, and the layouts are read side by side.
 """
 

@@ -26,7 +26,7 @@ The run folder (``cfg.out``; None trains in memory and writes nothing), written 
     metrics.jsonl          one JSON object per epoch
     audit.json             ``final_audit(best_model, test)`` when both are given
 
-Why one module (515 lines): the loop, its resume state and its checkpoint writes change together: a
+Why one module: the loop, its resume state and its checkpoint writes change together: a
 resume is bit-identical only while they agree.
 """
 

@@ -30,7 +30,7 @@ Per-class training counts ``n_k`` (class-balanced, LDAM, logit adjustment, re-sa
 trainer (``ctx.extra["train_counts"]``) or from the ``counts`` option. Everything a resumed run needs
 is in ``state_dict``; the per-class quantities land in ``metrics.jsonl`` through ``epoch_state``.
 
-Why one module (550 lines): the long-tail baselines (Benz et al.'s seven) are each a few lines on
+Why one module: the long-tail baselines (Benz et al.'s seven) are each a few lines on
 one shared base, LongTailAT, and its class-count options.
 """
 
