@@ -113,10 +113,6 @@ class Radius:
             e = torch.full((n,), float(self.value), device=x.device, dtype=x.dtype)
         return e.reshape((n,) + (1,) * (x.dim() - 1))
 
-    def raw(self) -> float | torch.Tensor:
-        """The plain value, for an attack that is not robfair's (a user's callable)."""
-        return self.value
-
     def __repr__(self) -> str:
         return f"Radius(per-sample, n={self.n})" if self.per_sample else f"Radius({float(self.value):g})"
 

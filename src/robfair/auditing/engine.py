@@ -131,7 +131,7 @@ def run_attack(attack: Any, model: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     callable gets its plain float or tensor), or a plain radius the attack checks (the bisection's
     midpoints)."""
     if isinstance(eps, Radius) and not isinstance(attack, Attack):
-        eps = eps.raw()
+        eps = eps.value
     runner = getattr(attack, "run", None)
     if callable(runner):
         res = runner(model, x, y, eps, generator=generator, early_exit=early_exit)
@@ -426,11 +426,11 @@ def _timed(it: Any, acc: list[float]) -> Any:
         yield item
 
 
-def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii: list[Radius] | None, eps_v: Any,
+def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, balls: list[Radius] | None, eps_v: Any,
                  monotone: bool, dev: torch.device, seed: int, idx: torch.Tensor, bs: int, y_all: np.ndarray,
                  clean_all: np.ndarray, adv: np.ndarray, step: np.ndarray, attacked: list[int],
                  said: list[str], adv_out: list[torch.Tensor] | None = None) -> None:
-    """One attack (radius ``radii[j]`` of a sweep) over every batch of ``source`` with ``PGD.stream``:
+    """One attack (radius ``balls[j]`` of a sweep) over every batch of ``source`` with ``PGD.stream``:
     the active batch refills from the batches still to come. Each batch is one chunk with its own
     generator (:func:`batch_generator`, as batch by batch), and a sweep's chunk holds the samples
     :func:`_sweep_batch` would attack, so the outcomes equal the batch-by-batch path's."""
@@ -440,7 +440,7 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
         for pos, x, y in source:
             m = x.shape[0]
             first = int(idx[pos])
-            if radii is None:
+            if balls is None:
                 e_b = eps_v.batch(pos, m, dev)
                 pending.append((pos, None))
                 yield Chunk(x, y, e_b, generator=batch_generator(dev, seed, name, first))
@@ -455,7 +455,7 @@ def _refill_pass(atk: Any, net: nn.Module, source: Any, name: str, j: int, radii
                 continue
             a = torch.from_numpy(act).to(x.device)
             pending.append((pos, act))
-            yield Chunk(x[a], y[a], radii[j], generator=batch_generator(dev, seed, name, first, float(radii[j].value)))
+            yield Chunk(x[a], y[a], balls[j], generator=batch_generator(dev, seed, name, first, float(balls[j].value)))
 
     for res in atk.stream(net, chunks(), early_exit=True, batch_size=bs):
         pos, act = pending.popleft()

@@ -75,8 +75,6 @@ class AuditOptions:
         """The options as typed on the command line -> values, or one line naming the option and the fix."""
         from ..attacks import parse_attack_name
 
-        if not attacks:
-            raise ConfigError("no attack given; pass e.g. --attack pgd20")
         for name in attacks:
             parse_attack_name(name)  # an unknown name is refused here, naming the forms it could be
         budget, tolerance = probe_options(probe, probe_tolerance)
